@@ -1,0 +1,317 @@
+"""The compiler: turns each field into a token trie of its allowed JSON lines, and the trie into a row.
+
+Every candidate answer is tokenised as a *complete JSON line in context* (`"key": true,` after the
+prompt's tail), never as text split at the colon: the tokenizer decides where the value starts, and a
+hand-made split leaves a dangling space token that measures almost none of the model's belief. The
+candidates' token sequences share a stem (indentation, key, colon); the row ends where they part
+ways, and the trie below says which further positions must be read to tell the labels apart.
+
+How a JSON line meets its neighbours depends on the tokenizer (SmolLM2 glues the newline to the next
+line's indentation, Qwen2.5 glues it to the comma), so the layout is probed, not assumed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterable
+
+from .errors import CompileError, InputError
+from .prompt import PromptParts, render_input, render_prompt, value_literal
+from .rubric import AnswerFormat, FieldKind, FieldSpec, Rubric, Value
+
+
+class ReadMode(str, Enum):
+    BRANCH = "branch"
+    """Read logits only where the trie forks between different answers."""
+    EXACT = "exact"
+    """Score every token of every answer's line, its line ending included."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the newline between two JSON lines goes: before each line or after it."""
+
+    name: str
+    opener: str
+    newline_first: bool
+    indent: str = "  "
+
+    def line(self, key: str, value_text: str) -> str:
+        body = f'{self.indent}"{key}": {value_text},'
+        return "\n" + body if self.newline_first else body + "\n"
+
+
+LAYOUTS = (
+    Layout("newline_before_line", opener="{", newline_first=True),
+    Layout("newline_after_line", opener="{\n", newline_first=False),
+)
+
+
+class TokenizerView:
+    """The few tokenizer operations the compiler needs, with per-tokenizer caches."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        self._texts_to_ids: dict[str, list[int]] | None = None
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tokenizer.decode(list(ids), clean_up_tokenization_spaces=False)
+
+    def suffix_after(self, anchor_ids: list[int], anchor: str, text: str) -> list[int] | None:
+        """Tokens of `text` when it follows `anchor`, or None if the tokenizer merges across the seam."""
+        ids = self.encode(anchor + text)
+        if ids[: len(anchor_ids)] != anchor_ids:
+            return None
+        return ids[len(anchor_ids):]
+
+    @property
+    def texts_to_ids(self) -> dict[str, list[int]]:
+        """Every vocabulary entry's decoded text -> the ids that decode to it."""
+        if self._texts_to_ids is None:
+            size = len(self.tokenizer)
+            texts = self.tokenizer.batch_decode([[i] for i in range(size)], clean_up_tokenization_spaces=False)
+            mapping: dict[str, list[int]] = {}
+            for index, text in enumerate(texts):
+                if text:
+                    mapping.setdefault(text, []).append(index)
+            self._texts_to_ids = mapping
+        return self._texts_to_ids
+
+
+def probe_layout(view: TokenizerView, parts_for: Any) -> Layout:
+    """Pick the first layout whose seams (tail | line | line | line) are token boundaries."""
+    samples = [("alpha_key", "true"), ("beta_key", '"some_label"'), ("gamma_key", "7")]
+    for layout in LAYOUTS:
+        tail = parts_for(layout).tail
+        text, cuts = tail, []
+        for key, value in samples:
+            cuts.append(len(text))
+            text += layout.line(key, value)
+        full = view.encode(text)
+        if all(full[: len(ids)] == ids for ids in (view.encode(text[:c]) for c in cuts)):
+            return layout
+    raise CompileError(
+        "no JSON layout tokenises cleanly for this tokenizer: the newline merges with the text on both "
+        "sides of a line break"
+    )
+
+
+@dataclass(eq=False)
+class TrieNode:
+    children: dict[int, "TrieNode"] = field(default_factory=dict)
+    values: set[int] = field(default_factory=set)
+    """Indexes of the answers reachable below this node."""
+    read: bool = False
+    """Whether the next-token distribution after this node must be read."""
+    position: int = -1
+    """Index of this node's token within the field's row (the root is the stem's last token)."""
+
+
+@dataclass(frozen=True)
+class CompiledField:
+    spec: FieldSpec
+    values: tuple[Value, ...]
+    labels: tuple[str, ...]
+    """Each allowed answer as reported in results (`true`, `7`, `billing`)."""
+    stem: tuple[int, ...]
+    """Tokens every candidate line shares; the row's first part."""
+    row_tokens: tuple[int, ...]
+    """stem + the trie tokens that lead to read positions."""
+    row_parents: tuple[int, ...]
+    """Parent of each row token within the row; -1 means the end of the shared context."""
+    root: TrieNode
+    read_positions: tuple[int, ...]
+    """Row positions whose next-token distribution is read."""
+    answer_lines: tuple[tuple[int, ...], ...]
+    """Per answer, the complete line written into the prompt once it is decided."""
+    mass_tokens: tuple[int, ...]
+    """Tokens that start an allowed answer at the root (every tokenisation, not only the canonical)."""
+    method: str
+
+    @property
+    def row_length(self) -> int:
+        return len(self.row_tokens)
+
+
+def spellings(spec: FieldSpec, value: Value, answer_format: AnswerFormat) -> list[str]:
+    """Every way the model may spell one answer; the first is canonical. `true` and `"true"` are one answer."""
+    canonical = value_literal(spec, value, answer_format)
+    if spec.kind in (FieldKind.BOOLEAN, FieldKind.SCORE):
+        return [canonical, json.dumps(canonical)]
+    return [canonical]
+
+
+def compile_field(
+    view: TokenizerView,
+    spec: FieldSpec,
+    *,
+    layout: Layout,
+    anchor: str,
+    anchor_ids: list[int],
+    answer_format: AnswerFormat,
+    mode: ReadMode,
+) -> CompiledField:
+    values = spec.values
+    candidates: list[tuple[int, tuple[int, ...]]] = []
+    seen: dict[tuple[int, ...], int] = {}
+    for index, value in enumerate(values):
+        for spelling in spellings(spec, value, answer_format):
+            tokens = view.suffix_after(anchor_ids, anchor, layout.line(spec.name, spelling))
+            if tokens is None:
+                raise CompileError(f"fields.{spec.name}: the line for answer {value!r} merges with the text before it")
+            tokens_t = tuple(tokens)
+            if tokens_t in seen and seen[tokens_t] != index:
+                raise CompileError(
+                    f"fields.{spec.name}: answers {values[seen[tokens_t]]!r} and {value!r} tokenise identically "
+                    "and cannot be told apart"
+                )
+            if tokens_t not in seen:
+                seen[tokens_t] = index
+                candidates.append((index, tokens_t))
+
+    stem_length = _common_prefix_length([t for _, t in candidates])
+    shortest = min(len(t) for _, t in candidates)
+    if stem_length >= shortest:
+        stem_length = shortest - 1
+    if stem_length < 1:
+        raise CompileError(f"fields.{spec.name}: the candidate lines share no prefix (not even the key)")
+    for (i, a), (j, b) in ((x, y) for x in candidates for y in candidates if x[0] != y[0]):
+        if len(a) < len(b) and b[: len(a)] == a:
+            raise CompileError(
+                f"fields.{spec.name}: the line of {values[i]!r} is a prefix of the line of {values[j]!r}; "
+                "they cannot be told apart"
+            )
+    stem = candidates[0][1][:stem_length]
+
+    root = TrieNode()
+    for index, tokens in candidates:
+        node = root
+        node.values.add(index)
+        for token in tokens[stem_length:]:
+            node = node.children.setdefault(token, TrieNode())
+            node.values.add(index)
+
+    _mark_reads(root, mode)
+    row_tokens = list(stem)
+    row_parents = list(range(-1, stem_length - 1))
+    root.position = stem_length - 1
+    read_positions: list[int] = []
+    _pack(root, row_tokens, row_parents, read_positions)
+
+    deepest_read = len(read_positions) > 1
+    method = "exact" if mode is ReadMode.EXACT else ("branch" if deepest_read else "first_token")
+    canonical = {index: tokens for index, tokens in reversed(candidates)}
+    labels = tuple(value_literal(spec, v, AnswerFormat.LABELS).strip('"') if not isinstance(v, str) else v for v in values)
+    return CompiledField(
+        spec=spec,
+        values=values,
+        labels=labels,
+        stem=stem,
+        row_tokens=tuple(row_tokens),
+        row_parents=tuple(row_parents),
+        root=root,
+        read_positions=tuple(read_positions),
+        answer_lines=tuple(canonical[i] for i in range(len(values))),
+        mass_tokens=_mass_tokens(view, root, [t[stem_length:] for _, t in candidates]),
+        method=method,
+    )
+
+
+def _common_prefix_length(sequences: list[tuple[int, ...]]) -> int:
+    first = sequences[0]
+    length = 0
+    while length < len(first) and all(len(s) > length and s[length] == first[length] for s in sequences):
+        length += 1
+    return length
+
+
+def _mark_reads(node: TrieNode, mode: ReadMode) -> bool:
+    """Mark the nodes whose distribution is read; return whether any read lies at or below `node`."""
+    if mode is ReadMode.EXACT:
+        node.read = bool(node.children)
+    else:
+        node.read = len(node.values) > 1 and len(node.children) > 1
+    below = [_mark_reads(child, mode) for child in node.children.values()]
+    return node.read or any(below)
+
+
+def _subtree_reads(node: TrieNode) -> bool:
+    return node.read or any(_subtree_reads(c) for c in node.children.values())
+
+
+def _pack(node: TrieNode, tokens: list[int], parents: list[int], reads: list[int]) -> None:
+    if node.read:
+        reads.append(node.position)
+    for token, child in node.children.items():
+        if _subtree_reads(child):
+            child.position = len(tokens)
+            tokens.append(token)
+            parents.append(node.position)
+            _pack(child, tokens, parents, reads)
+
+
+def _mass_tokens(view: TokenizerView, root: TrieNode, suffixes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """Root tokens that begin some allowed answer's text, however the tokenizer splits it."""
+    found = set(root.children)
+    texts_to_ids = view.texts_to_ids
+    for suffix in suffixes:
+        text = view.decode(suffix)
+        for end in range(1, len(text) + 1):
+            found.update(texts_to_ids.get(text[:end], ()))
+    return tuple(sorted(found))
+
+
+@dataclass(frozen=True)
+class CompiledRubric:
+    rubric: Rubric
+    layout: Layout
+    mode: ReadMode
+    parts: PromptParts
+    head_tokens: tuple[int, ...]
+    fields: dict[str, CompiledField]
+    view: TokenizerView
+
+    def request_tokens(self, payload: Any) -> list[int]:
+        """Tokens after the head for one request: its input and the tail that opens the JSON object."""
+        text = render_input(payload)
+        tokens = self.view.suffix_after(list(self.head_tokens), self.parts.head, text + self.parts.tail)
+        if tokens is None:
+            # The input's first characters merged with the head's last token: keep the cached head and
+            # tokenise the input on its own (a seam the model still reads as a line break).
+            tokens = self.view.encode(text + self.parts.tail)
+        return tokens
+
+    def token_view(self) -> dict[str, dict[str, Any]]:
+        return {
+            name: {
+                "stem_tokens": len(f.stem),
+                "row_tokens": f.row_length,
+                "reads": len(f.read_positions),
+                "method": f.method,
+                "row_ends": self.view.decode(f.stem[-3:]),
+            }
+            for name, f in self.fields.items()
+        }
+
+
+def compile_rubric(tokenizer: Any, rubric: Rubric, *, mode: ReadMode = ReadMode.BRANCH, view: TokenizerView | None = None) -> CompiledRubric:
+    view = view or TokenizerView(tokenizer)
+    layout = probe_layout(view, lambda lay: render_prompt(tokenizer, rubric, opener=lay.opener))
+    parts = render_prompt(tokenizer, rubric, opener=layout.opener)
+    anchor_ids = view.encode(parts.tail)
+    fields = {
+        spec.name: compile_field(
+            view, spec, layout=layout, anchor=parts.tail, anchor_ids=anchor_ids,
+            answer_format=rubric.answer_format, mode=mode,
+        )
+        for spec in rubric
+    }
+    head_tokens = tuple(view.encode(parts.head))
+    if not head_tokens:
+        raise InputError("the rendered head is empty")
+    return CompiledRubric(rubric, layout, mode, parts, head_tokens, fields, view)

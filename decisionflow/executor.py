@@ -1,0 +1,135 @@
+"""The executor: runs a plan's rounds as packed forward passes for a batch of requests.
+
+Pass 1 carries each request's input and the rows of round 0; every later pass carries the answer
+lines decided in the previous round (kept in the request's context, so later rows read them) and the
+rows of the next round. A warm request with a pinned first field therefore takes two passes however
+many fields follow, and each extra dependency level adds one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
+from .compiler import CompiledRubric
+from .errors import InputError
+from .plan import Plan
+from .readout import read_field
+from .result import FieldResult
+from .rubric import FieldKind, Value
+
+
+@dataclass
+class RequestState:
+    input_tokens: list[int]
+    context: RequestContext = field(default_factory=RequestContext)
+    pending: list[int] = field(default_factory=list)
+    """Tokens to write into the context in the next pass (the input, then decided answer lines)."""
+    answers: dict[str, Value | None] = field(default_factory=dict)
+    results: dict[str, FieldResult] = field(default_factory=dict)
+    passes: int = 0
+    tokens_fed: int = 0
+
+    def __post_init__(self) -> None:
+        self.pending = list(self.input_tokens)
+
+
+def check_fits(compiled: CompiledRubric, input_tokens: list[int], max_positions: int) -> None:
+    """Refuse an input that, with every answer line and the longest row, exceeds the model's context."""
+    if not max_positions:
+        return
+    answers = sum(max(len(line) for line in f.answer_lines) for f in compiled.fields.values())
+    longest_row = max(f.row_length for f in compiled.fields.values())
+    needed = len(compiled.head_tokens) + len(input_tokens) + answers + longest_row
+    if needed > max_positions:
+        room = max_positions - (needed - len(input_tokens))
+        raise InputError(
+            f"the input is {len(input_tokens)} tokens; with this rubric's prompt "
+            f"({len(compiled.head_tokens)} tokens) and answers it needs {needed} positions, but the model's "
+            f"context holds {max_positions}. Shorten the input to at most {max(room, 0)} tokens."
+        )
+
+
+def execute(
+    backend: TransformersBackend,
+    compiled: CompiledRubric,
+    plan: Plan,
+    head: HeadCache,
+    requests: list[RequestState],
+) -> float:
+    """Decide every field of every request in place; return the milliseconds spent in passes."""
+    spent = 0.0
+    rubric = compiled.rubric
+    for round_ in plan.rounds:
+        packed = PackedPass()
+        reads: list[tuple[int, str, list[int]]] = []  # (request, field, packed read positions)
+        read_positions: list[int] = []
+        for r, state in enumerate(requests):
+            start = len(packed)
+            last = -1
+            for token in state.pending:
+                last = packed.add(token, parent=last, request=r, keep=True)
+            for name in round_.fields:
+                spec = rubric.fields[name]
+                if spec.when is not None and not spec.when.holds(state.answers):
+                    state.answers[name] = None
+                    state.results[name] = _not_asked(spec.name, spec.kind, spec.when.field, round_.index)
+                    continue
+                cf = compiled.fields[name]
+                base = len(packed)
+                for token, parent in zip(cf.row_tokens, cf.row_parents):
+                    packed.add(token, parent=last if parent < 0 else base + parent, request=r)
+                positions = [base + p for p in cf.read_positions]
+                reads.append((r, name, positions))
+                read_positions.extend(positions)
+            if len(packed) > start:
+                state.passes += 1
+                state.tokens_fed += len(packed) - start
+                state.pending = []
+        if not read_positions:
+            continue
+
+        began = time.perf_counter()
+        logprobs = backend.run_pass(head, [s.context for s in requests], packed, read_positions)
+        spent += (time.perf_counter() - began) * 1000
+        row_of = {position: i for i, position in enumerate(read_positions)}
+
+        decided: dict[int, dict[str, int]] = {}
+        for r, name, positions in reads:
+            cf = compiled.fields[name]
+            by_position = {local: logprobs[row_of[g]] for local, g in zip(cf.read_positions, positions)}
+            reading = read_field(cf, by_position)
+            best = max(range(len(cf.values)), key=reading.probabilities.__getitem__)
+            value = cf.values[best]
+            requests[r].answers[name] = value
+            requests[r].results[name] = FieldResult(
+                name=name,
+                kind=cf.spec.kind,
+                value=value,
+                probabilities=dict(zip(cf.labels, reading.probabilities)),
+                candidate_mass=reading.candidate_mass,
+                round=round_.index,
+                method=cf.method,
+                expected_value=(
+                    float(torch.tensor(reading.probabilities, dtype=torch.float64)
+                          @ torch.tensor(cf.values, dtype=torch.float64))
+                    if cf.spec.kind is FieldKind.SCORE else None
+                ),
+            )
+            decided.setdefault(r, {})[name] = best
+        # Written in declaration order, so later rounds read a JSON object in the rubric's key order.
+        for r, chosen in decided.items():
+            for name in rubric.fields:
+                if name in chosen:
+                    requests[r].pending.extend(compiled.fields[name].answer_lines[chosen[name]])
+    return spent
+
+
+def _not_asked(name: str, kind: FieldKind, condition_field: str, round_index: int) -> FieldResult:
+    return FieldResult(
+        name=name, kind=kind, value=None, probabilities={}, candidate_mass=None, round=round_index,
+        method="not_asked", asked=False, reason=f"its condition on {condition_field!r} was not met",
+    )

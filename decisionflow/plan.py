@@ -1,0 +1,78 @@
+"""The planner: orders a rubric's fields into rounds, one forward pass each.
+
+Round 0 holds the pinned first field alone: its answer is written into the prompt before anything
+else is asked, because every field asked right after `{` is asked as if it were the first key.
+The remaining fields follow in dependency levels (`after=` and `when=` both create edges); a level
+larger than the rubric's `max_fields_per_pass` budget is split into several rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .rubric import Rubric
+
+
+@dataclass(frozen=True)
+class Round:
+    index: int
+    fields: tuple[str, ...]
+    pinned: bool
+    """True for the first field decided alone before everything else."""
+    level: int
+    """Dependency level: fields of one level never depend on each other."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    rubric: str
+    rounds: tuple[Round, ...]
+
+    @property
+    def forward_passes(self) -> int:
+        """Passes a warm request takes: one per round (the input rides in the first one)."""
+        return len(self.rounds)
+
+    def round_of(self, field: str) -> int:
+        for round_ in self.rounds:
+            if field in round_.fields:
+                return round_.index
+        raise KeyError(field)
+
+    def to_dict(self) -> dict:
+        return {"rubric": self.rubric, "rounds": [asdict(r) | {"fields": list(r.fields)} for r in self.rounds]}
+
+
+def make_plan(
+    rubric: Rubric,
+    *,
+    pin_first: bool | None = None,
+    max_fields_per_pass: int | None = None,
+) -> Plan:
+    """Plan `rubric`; keyword arguments override the rubric's own settings."""
+    if max_fields_per_pass is not None and max_fields_per_pass < 1:
+        raise ValueError(f"max_fields_per_pass must be at least 1, got {max_fields_per_pass}")
+    pin = rubric.pin_first if pin_first is None else pin_first
+    budget = max_fields_per_pass or rubric.max_fields_per_pass
+    deps = {spec.name: set(spec.dependencies) for spec in rubric}
+    order = list(rubric.fields)
+
+    done: set[str] = set()
+    levels: list[tuple[list[str], bool]] = []
+    if pin:
+        # The first declared field that depends on nothing is the one the prompt's first key answers.
+        first = next(name for name in order if not deps[name])
+        levels.append(([first], True))
+        done.add(first)
+    while len(done) < len(order):
+        ready = [name for name in order if name not in done and deps[name] <= done]
+        assert ready, "the rubric guarantees an acyclic dependency graph"
+        levels.append((ready, False))
+        done.update(ready)
+
+    rounds: list[Round] = []
+    for level, (names, pinned) in enumerate(levels):
+        size = budget or len(names)
+        for start in range(0, len(names), size):
+            rounds.append(Round(len(rounds), tuple(names[start : start + size]), pinned, level))
+    return Plan(rubric=rubric.name, rounds=tuple(rounds))
