@@ -83,7 +83,7 @@ class TransformersBackend:
     def prefill_head(self, tokens: list[int]) -> HeadCache:
         ids = torch.tensor([tokens], device=self.device)
         cache = self._cache(None)
-        self.model.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        self.model.model(input_ids=ids, cache=cache, use_cache=True)
         kv = [(layer.keys, layer.values) for layer in cache.layers]
         return HeadCache(kv=kv, length=len(tokens))
 
@@ -138,7 +138,7 @@ class TransformersBackend:
             input_ids=torch.tensor([packed.tokens], device=self.device),
             attention_mask=mask[None, None].to(self.device),
             position_ids=torch.tensor([positions], device=self.device),
-            past_key_values=cache,
+            cache=cache,
             use_cache=True,
         )
         hidden = out.last_hidden_state[0, read_positions]  # [reads, hidden]

@@ -57,7 +57,7 @@ def validate(
     rubrics: Annotated[
         list[str],
         typer.Argument(
-            metavar="RUBRIC...",
+            metavar="RUBRIC",
             help="YAML rubrics (.yaml/.yml), module:Class or path/to/file.py:Class.",
             show_default=False,
         ),
@@ -99,6 +99,7 @@ def plan(
         int | None,
         typer.Option(
             min=1,
+            metavar="N",
             help="At most this many fields share one forward pass (default: the rubric's setting).",
             show_default=False,
         ),
@@ -162,7 +163,8 @@ def _option_count(spec: FieldSpec) -> int:
 def _dependencies(spec: FieldSpec) -> str:
     parts = [f"after {', '.join(spec.after)}"] if spec.after else []
     if spec.when is not None:
-        values = ", ".join(str(value) for value in spec.when.values)
+        # Written as in YAML, so `true` reads the same in the table and in the rubric file.
+        values = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in spec.when.values)
         parts.append(f"when {spec.when.field} in [{values}]")
     return "\n".join(parts)
 

