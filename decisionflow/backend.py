@@ -1,7 +1,7 @@
 """The model backend: the only module that touches transformers' cache and attention-mask conventions.
 
 One physical prefix: the head's keys and values are computed once and every packed token of a pass
-attends to the same copy. A pass packs many short branches (a request's new text, each field's row)
+attends to that same copy through branch attention (never concatenated into a per-pass cache). A pass packs many short branches (a request's new text, each field's row)
 into one sequence after the cached prefix; a tree-shaped additive mask lets each token see the
 head, its own request's context and its own ancestors, and explicit position ids restart each
 branch where its parent ends. Logits are projected only at the requested read positions.
@@ -64,7 +64,10 @@ class TransformersBackend:
     """Runs packed passes on a transformers causal LM (Llama, Qwen2, Qwen3 families)."""
 
     def __init__(self, model: Any):
+        from .branch_attention import install
+
         self.model = model.eval()
+        install(self.model)
         self.config = model.config
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
@@ -108,14 +111,14 @@ class TransformersBackend:
         """
         n = len(packed)
         context_lengths = [c.length for c in contexts]
-        offsets = [head.length]
+        offsets = [0]
         for length in context_lengths:
             offsets.append(offsets[-1] + length)
-        prefix_length = offsets[-1]
+        context_total = offsets[-1]
 
-        # mask[i, j]: may packed token i attend to key j?  [n, prefix_length + n]
-        visible = torch.zeros(n, prefix_length + n, dtype=torch.bool)
-        visible[:, : head.length] = True
+        # visible[i, j]: may packed token i attend to key j of [contexts..., packed tokens]?
+        # (The head is not in this matrix: every token sees all of it.)
+        visible = torch.zeros(n, context_total + n, dtype=torch.bool)
         depth = [0] * n
         for i, (parent, request) in enumerate(zip(packed.parents, packed.requests)):
             if parent >= 0:
@@ -123,30 +126,31 @@ class TransformersBackend:
                 depth[i] = depth[parent] + 1
             else:
                 visible[i, offsets[request] : offsets[request + 1]] = True
-            visible[i, prefix_length + i] = True
+            visible[i, context_total + i] = True
         positions = [head.length + context_lengths[r] + d for r, d in zip(packed.requests, depth)]
 
         mask = torch.zeros(visible.shape, dtype=self.dtype)
         mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
-        prefix = [
-            (torch.cat([hk] + [c.kv[i][0] for c in contexts if c.kv is not None], dim=-2),
-             torch.cat([hv] + [c.kv[i][1] for c in contexts if c.kv is not None], dim=-2))
-            for i, (hk, hv) in enumerate(head.kv)
-        ] if any(c.kv is not None for c in contexts) else head.kv
-        cache = self._cache(prefix)
+        with_context = [c for c in contexts if c.kv is not None]
+        context_kv = [
+            (torch.cat([c.kv[i][0] for c in with_context], dim=-2), torch.cat([c.kv[i][1] for c in with_context], dim=-2))
+            for i in range(len(head.kv))
+        ] if with_context else None
+        cache = self._cache(context_kv)
         out = self.model.model(
             input_ids=torch.tensor([packed.tokens], device=self.device),
             attention_mask=mask[None, None].to(self.device),
             position_ids=torch.tensor([positions], device=self.device),
             cache=cache,
             use_cache=True,
+            shared_prefix=head.kv,
         )
         hidden = out.last_hidden_state[0, read_positions]  # [reads, hidden]
         logits = self.model.lm_head(hidden).float()
         logprobs = torch.log_softmax(logits, dim=-1)
 
         for request, context in enumerate(contexts):
-            kept = [prefix_length + i for i in range(n) if packed.keep[i] and packed.requests[i] == request]
+            kept = [context_total + i for i in range(n) if packed.keep[i] and packed.requests[i] == request]
             if kept:
                 index = torch.tensor(kept, device=self.device)
                 context.extend([

@@ -245,8 +245,7 @@ def test_input_longer_than_the_context_is_refused(engine: Engine):
 
 
 def test_ids_answer_format(engine: Engine):
-    rubric = FLAT.model_copy(update={"answer_format": "ids"})
-    rubric = Rubric.model_validate(rubric.model_dump())
+    rubric = Rubric.model_validate({**FLAT.model_dump(), "answer_format": "ids"})
     compiled, _ = engine.compile(rubric)
     assert "A) billing" in compiled.parts.head
     result = engine.decide(rubric, TICKET)
