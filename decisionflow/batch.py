@@ -66,6 +66,7 @@ def decide_file(
     output: Path,
     *,
     chunk_size: int = 16,
+    calibration: Any = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> BatchSummary:
     rows = list(read_rows(source))
@@ -79,7 +80,7 @@ def decide_file(
     with output.open("a", encoding="utf-8") as sink:
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
-            records = _decide_chunk(engine, target, chunk)
+            records = _decide_chunk(engine, target, chunk, calibration)
             for record in records:
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")
                 failed += "error" in record
@@ -90,16 +91,16 @@ def decide_file(
     return BatchSummary(total=len(rows), decided=decided, skipped=skipped, failed=failed)
 
 
-def _decide_chunk(engine: Any, target: Any, chunk: list[tuple[str, Any]]) -> list[dict]:
+def _decide_chunk(engine: Any, target: Any, chunk: list[tuple[str, Any]], calibration: Any) -> list[dict]:
     try:
-        decisions = engine.decide_many(target, [payload for _, payload in chunk])
+        decisions = engine.decide_many(target, [payload for _, payload in chunk], calibration=calibration)
         return [{"id": i, **d.to_dict()} for (i, _), d in zip(chunk, decisions)]
     except DecisionflowError:
         # One bad row must not sink its neighbours: decide them one at a time to isolate it.
         records = []
         for row_id, payload in chunk:
             try:
-                records.append({"id": row_id, **engine.decide(target, payload).to_dict()})
+                records.append({"id": row_id, **engine.decide(target, payload, calibration=calibration).to_dict()})
             except DecisionflowError as exc:
                 records.append({"id": row_id, "error": str(exc)})
         return records

@@ -187,9 +187,10 @@ def run(
         for problem in error.problems:
             err.print(str(problem), markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    calibration = _guarded(ctx, err, lambda: _calibration_beside(rubric_ref))
     engine = _guarded(ctx, err, lambda: _load_engine(err, model=model, exact=exact, pin=pin, threads=threads))
     if text is not None:
-        decision = _guarded(ctx, err, lambda: engine.decide(target, text))
+        decision = _guarded(ctx, err, lambda: engine.decide(target, text, calibration=calibration))
         if as_json:
             typer.echo(json.dumps(decision.to_dict()))
         else:
@@ -202,7 +203,7 @@ def run(
     with Progress(TextColumn("deciding"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err) as bar:
         task = bar.add_task("rows", total=None)
         summary = _guarded(ctx, err, lambda: decide_file(
-            engine, target, input_path, output_path,
+            engine, target, input_path, output_path, calibration=calibration,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         ))
     err.print(
@@ -212,6 +213,16 @@ def run(
     )
     if summary.failed:
         raise typer.Exit(1)
+
+
+def _calibration_beside(rubric_ref: str):
+    """The calibration file saved beside a YAML rubric by `decisionflow calibrate`, if any."""
+    from .calibration import Calibration
+
+    if ":" in rubric_ref and not Path(rubric_ref).exists():
+        return None
+    path = Calibration.path_for(rubric_ref)
+    return Calibration.load(path) if path.is_file() else None
 
 
 def _load_engine(err: Console, *, model: str | None, exact: bool, pin: bool | None, threads: int | None):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from .backend import HeadCache, TransformersBackend
+from .calibration import Calibration
 from .compiler import CompiledRubric, ReadMode, TokenizerView, compile_rubric
 from .declare import rubric_of, typed_model
 from .executor import RequestState, check_fits, execute
@@ -89,12 +90,22 @@ class Engine:
             prepared = self._prepared[key] = _Prepared(compiled, plan)
         return prepared
 
-    def decide(self, target: Any, payload: Any) -> Decision:
+    def decide(self, target: Any, payload: Any, *, calibration: Calibration | None = None) -> Decision:
         """Decide every field of `target` (a decorated class or a Rubric) for one input."""
-        return self.decide_many(target, [payload])[0]
+        return self.decide_many(target, [payload], calibration=calibration)[0]
 
-    def decide_many(self, target: Any, payloads: Iterable[Any], *, progress: Progress | None = None) -> list[Decision]:
-        """Decide many inputs of one rubric, several packed into each forward pass."""
+    def decide_many(
+        self,
+        target: Any,
+        payloads: Iterable[Any],
+        *,
+        progress: Progress | None = None,
+        calibration: Calibration | None = None,
+    ) -> list[Decision]:
+        """Decide many inputs of one rubric, several packed into each forward pass.
+
+        `calibration` rescales each field's distribution and makes fields abstain below its thresholds.
+        """
         rubric = rubric_of(target)
         model_cls = typed_model(target)
         prepared = self._prepare(rubric)
@@ -118,11 +129,16 @@ class Engine:
         for batch in self._batches(prepared.compiled, all_tokens):
             began = time.perf_counter()
             states = [RequestState(input_tokens=all_tokens[i]) for i in batch]
-            pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states)
+            pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states, calibration)
             total_ms = (time.perf_counter() - began) * 1000
             for state in states:
                 ordered = {name: state.results[name] for name in rubric.fields}
-                value = model_cls.model_validate({name: state.answers[name] for name in rubric.fields})
+                answers = {name: state.answers[name] for name in rubric.fields}
+                if any(f.abstained for f in ordered.values()):
+                    # An abstained field is None even where the class requires a value: no guess is made up.
+                    value = model_cls.model_construct(**answers)
+                else:
+                    value = model_cls.model_validate(answers)
                 stats = Stats(
                     forward_passes=state.passes,
                     tokens_prefilled=state.tokens_fed,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
+from .calibration import Calibration
 from .compiler import CompiledRubric
 from .errors import InputError
 from .plan import Plan
@@ -59,6 +60,7 @@ def execute(
     plan: Plan,
     head: HeadCache,
     requests: list[RequestState],
+    calibration: Calibration | None = None,
 ) -> float:
     """Decide every field of every request in place; return the milliseconds spent in passes."""
     spent = 0.0
@@ -102,19 +104,25 @@ def execute(
             cf = compiled.fields[name]
             by_position = {local: logprobs[row_of[g]] for local, g in zip(cf.read_positions, positions)}
             reading = read_field(cf, by_position)
-            best = max(range(len(cf.values)), key=reading.probabilities.__getitem__)
-            value = cf.values[best]
+            probabilities, abstained = reading.probabilities, False
+            if calibration is not None:
+                probabilities, abstained = calibration.apply(name, probabilities, reading.candidate_mass)
+            best = max(range(len(cf.values)), key=probabilities.__getitem__)
+            # An abstained field reports no answer, but its best guess is still written into the
+            # prompt: later rows need a complete JSON object in front of them.
+            value = None if abstained else cf.values[best]
             requests[r].answers[name] = value
             requests[r].results[name] = FieldResult(
                 name=name,
                 kind=cf.spec.kind,
                 value=value,
-                probabilities=dict(zip(cf.labels, reading.probabilities)),
+                abstained=abstained,
+                probabilities=dict(zip(cf.labels, probabilities)),
                 candidate_mass=reading.candidate_mass,
                 round=round_.index,
                 method=cf.method,
                 expected_value=(
-                    float(torch.tensor(reading.probabilities, dtype=torch.float64)
+                    float(torch.tensor(probabilities, dtype=torch.float64)
                           @ torch.tensor(cf.values, dtype=torch.float64))
                     if cf.spec.kind is FieldKind.SCORE else None
                 ),

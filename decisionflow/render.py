@@ -24,7 +24,7 @@ def decision_table(decision: Decision) -> Group:
             table.add_row(name, Text("—", style="dim"), "", "", Text(field.reason, style="dim"), str(field.round))
             continue
         ranked = sorted(field.probabilities.items(), key=lambda item: -item[1])
-        answer = _label(field.value)
+        answer = "abstained" if field.abstained else _label(field.value)
         if field.expected_value is not None:
             answer += f" (mean {field.expected_value:.1f})"
         runner = f"{ranked[1][0]} {ranked[1][1]:.2f}" if len(ranked) > 1 else ""

@@ -27,6 +27,8 @@ class FieldResult:
     method: str
     """`first_token`, `branch`, `exact`, or `not_asked`."""
     asked: bool = True
+    abstained: bool = False
+    """The answer fell below the calibration's minimum mass or probability: `value` is None."""
     reason: str = ""
     """Why a field was not asked (its condition was false)."""
     expected_value: float | None = None
@@ -52,6 +54,8 @@ class FieldResult:
         if not self.asked:
             data["asked"] = False
             data["reason"] = self.reason
+        if self.abstained:
+            data["abstained"] = True
         return data
 
 
@@ -79,6 +83,11 @@ class Decision(Generic[T]):
     """An instance of the declared class (or of the model generated for a YAML rubric)."""
     fields: dict[str, FieldResult]
     stats: Stats
+
+    @property
+    def abstained(self) -> list[str]:
+        """Fields that abstained instead of guessing."""
+        return [name for name, f in self.fields.items() if f.abstained]
 
     def to_dict(self) -> dict[str, Any]:
         return {
