@@ -48,8 +48,17 @@ class PackedPass:
     requests: list[int] = field(default_factory=list)
     keep: list[bool] = field(default_factory=list)
     """Whether a token's keys and values join its request's context after the pass."""
+    _shared: dict[tuple[int, int, int], int] = field(default_factory=dict, repr=False)
 
-    def add(self, token: int, *, parent: int, request: int, keep: bool = False) -> int:
+    def add(self, token: int, *, parent: int, request: int, keep: bool = False, share: bool = False) -> int:
+        """Append a token and return its index. With `share`, a token already added under the same
+        parent is reused: same token, same context, so the same keys, values and logits (rows of
+        different fields all start with the same indentation and quote)."""
+        key = (request, parent, token)
+        if share and key in self._shared:
+            return self._shared[key]
+        if share:
+            self._shared[key] = len(self.tokens)
         self.tokens.append(token)
         self.parents.append(parent)
         self.requests.append(request)

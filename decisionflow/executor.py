@@ -81,10 +81,10 @@ def execute(
                     state.results[name] = _not_asked(spec.name, spec.kind, spec.when.field, round_.index)
                     continue
                 cf = compiled.fields[name]
-                base = len(packed)
+                placed: list[int] = []
                 for token, parent in zip(cf.row_tokens, cf.row_parents):
-                    packed.add(token, parent=last if parent < 0 else base + parent, request=r)
-                positions = [base + p for p in cf.read_positions]
+                    placed.append(packed.add(token, parent=last if parent < 0 else placed[parent], request=r, share=True))
+                positions = [placed[p] for p in cf.read_positions]
                 reads.append((r, name, positions))
                 read_positions.extend(positions)
             if len(packed) > start:
