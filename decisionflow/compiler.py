@@ -108,6 +108,8 @@ class TrieNode:
     """Indexes of the answers reachable below this node."""
     read: bool = False
     """Whether the next-token distribution after this node must be read."""
+    reads_below: bool = False
+    """Whether this node or any node under it is read (so its token must be fed)."""
     position: int = -1
     """Index of this node's token within the field's row (the root is the stem's last token)."""
 
@@ -206,7 +208,7 @@ def compile_field(
     deepest_read = len(read_positions) > 1
     method = "exact" if mode is ReadMode.EXACT else ("branch" if deepest_read else "first_token")
     canonical = {index: tokens for index, tokens in reversed(candidates)}
-    labels = tuple(value_literal(spec, v, AnswerFormat.LABELS).strip('"') if not isinstance(v, str) else v for v in values)
+    labels = tuple(v if isinstance(v, str) else value_literal(spec, v, AnswerFormat.LABELS) for v in values)
     return CompiledField(
         spec=spec,
         values=values,
@@ -231,24 +233,21 @@ def _common_prefix_length(sequences: list[tuple[int, ...]]) -> int:
 
 
 def _mark_reads(node: TrieNode, mode: ReadMode) -> bool:
-    """Mark the nodes whose distribution is read; return whether any read lies at or below `node`."""
+    """Exact mode reads after every token of every line; branch mode only where answers part ways."""
     if mode is ReadMode.EXACT:
         node.read = bool(node.children)
     else:
         node.read = len(node.values) > 1 and len(node.children) > 1
     below = [_mark_reads(child, mode) for child in node.children.values()]
-    return node.read or any(below)
-
-
-def _subtree_reads(node: TrieNode) -> bool:
-    return node.read or any(_subtree_reads(c) for c in node.children.values())
+    node.reads_below = node.read or any(below)
+    return node.reads_below
 
 
 def _pack(node: TrieNode, tokens: list[int], parents: list[int], reads: list[int]) -> None:
     if node.read:
         reads.append(node.position)
     for token, child in node.children.items():
-        if _subtree_reads(child):
+        if child.reads_below:
             child.position = len(tokens)
             tokens.append(token)
             parents.append(node.position)

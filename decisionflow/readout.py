@@ -38,7 +38,7 @@ def read_field(field: CompiledField, logprobs: dict[int, torch.Tensor]) -> Field
 
 def _walk(node: TrieNode, logprobs: dict[int, torch.Tensor], weight: float):
     if not node.read:
-        if len(node.values) == 1 and not _has_read(node):
+        if len(node.values) == 1 and not node.reads_below:
             yield next(iter(node.values)), weight
             return
         # A stretch where every candidate agrees on the next token: follow it without reading.
@@ -48,7 +48,3 @@ def _walk(node: TrieNode, logprobs: dict[int, torch.Tensor], weight: float):
     row = logprobs[node.position]
     for token, child in node.children.items():
         yield from _walk(child, logprobs, weight * float(row[token].double().exp()))
-
-
-def _has_read(node: TrieNode) -> bool:
-    return node.read or any(_has_read(c) for c in node.children.values())
