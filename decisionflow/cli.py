@@ -356,3 +356,14 @@ def _stderr() -> Console:
 
 def _count(number: int, singular: str, plural: str | None = None) -> str:
     return f"{number} {singular if number == 1 else plural or singular + 's'}"
+
+
+from .cli_quality import calibrate_command, eval_command  # noqa: E402 - registered after the helpers it reuses
+
+app.command("eval")(eval_command)
+app.command("calibrate")(calibrate_command)
+
+
+from .bench import bench_command  # noqa: E402 - registered last, like the other optional commands
+
+app.command("bench")(bench_command)
