@@ -13,11 +13,12 @@ LOW_MASS = 0.2
 
 def decision_table(decision: Decision) -> Group:
     table = Table(title=f"{decision.rubric}", title_justify="left", show_lines=False)
-    table.add_column("field", style="bold")
-    table.add_column("answer")
+    # Names and answers stay whole; the runner-up column wraps when the terminal is narrow.
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("answer", no_wrap=True)
     table.add_column("p", justify="right")
     table.add_column("mass", justify="right")
-    table.add_column("runner-up")
+    table.add_column("runner-up", ratio=1)
     table.add_column("round", justify="right")
     for name, field in decision.fields.items():
         if not field.asked:
