@@ -60,3 +60,28 @@ def qwen_tokenizer():
     return tokenizer
 
 
+
+
+def packed_and_alone(engine, compiled, text: str):
+    """Run one request's input and every field's row in one packed pass; return, per read position,
+    the packed log-probs and the same log-probs from a plain forward over the row's path alone."""
+    from decisionflow.backend import PackedPass, RequestContext
+
+    head = engine.backend.prefill_head(list(compiled.head_tokens))
+    request = compiled.request_tokens(text)
+    packed, last, reads = PackedPass(), -1, []
+    for token in request:
+        last = packed.add(token, parent=last, request=0, keep=True)
+    for field in compiled.fields.values():
+        base = len(packed)
+        for token, parent in zip(field.row_tokens, field.row_parents):
+            packed.add(token, parent=last if parent < 0 else base + parent, request=0)
+        for local in field.read_positions:
+            path, position = [], local
+            while position >= 0:
+                path.append(field.row_tokens[position])
+                position = field.row_parents[position]
+            reads.append((base + local, path[::-1]))
+    logprobs = engine.backend.run_pass(head, [RequestContext()], packed, [g for g, _ in reads])
+    prefix = list(compiled.head_tokens) + request
+    return [(logprobs[i], engine.backend.forward_plain(prefix + path)) for i, (_, path) in enumerate(reads)]

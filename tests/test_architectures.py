@@ -10,12 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decisionflow.backend import PackedPass, RequestContext
 from decisionflow.compiler import LAYOUTS
 from decisionflow.engine import Engine
 from decisionflow.errors import ModelError
 from decisionflow.models import LoadedModel, check_supported
 from decisionflow.rubric import Rubric
+
+from conftest import packed_and_alone
 
 RUBRIC = Rubric.model_validate({
     "name": "plumbing",
@@ -43,26 +44,8 @@ def test_packed_rows_match_rows_alone(kind, qwen_tokenizer):
     engine = Engine(LoadedModel(model, qwen_tokenizer, f"tiny-{kind}"))
     compiled, plan = engine.compile(RUBRIC)
     assert compiled.layout is LAYOUTS[1]
-    head = engine.backend.prefill_head(list(compiled.head_tokens))
-    request = compiled.request_tokens("I was charged twice; refund me within 12 hours.")
-    packed, last, reads = PackedPass(), -1, []
-    for token in request:
-        last = packed.add(token, parent=last, request=0, keep=True)
-    for field in compiled.fields.values():
-        base = len(packed)
-        for token, parent in zip(field.row_tokens, field.row_parents):
-            packed.add(token, parent=last if parent < 0 else base + parent, request=0)
-        for local in field.read_positions:
-            path, position = [], local
-            while position >= 0:
-                path.append(field.row_tokens[position])
-                position = field.row_parents[position]
-            reads.append((base + local, path[::-1]))
-    logprobs = engine.backend.run_pass(head, [RequestContext()], packed, [g for g, _ in reads])
-    prefix = list(compiled.head_tokens) + request
-    for i, (_, path) in enumerate(reads):
-        alone = engine.backend.forward_plain(prefix + path)
-        assert torch.allclose(alone, logprobs[i], atol=1e-4), i
+    for packed, alone in packed_and_alone(engine, compiled, "I was charged twice; refund me within 12 hours."):
+        assert torch.allclose(alone, packed, atol=1e-4)
 
     result = engine.decide(RUBRIC, "My parcel is late.")
     assert result.stats.forward_passes == len(plan.rounds) == 2
