@@ -233,8 +233,9 @@ def _progress_bars(err: Console) -> Iterator[Callable[[str], Callable[[int, int]
 
 
 def _selection(rows: str | None, limit: int | None, seed: int) -> str:
-    scope = f"data rows {rows}" if rows else "the file"
-    return f"random sample of {limit} from {scope}, seed {seed}" if limit is not None else ("all of " + scope)
+    # Said as the options were given: a --limit at or above the row count keeps every row.
+    scope = f"data rows {rows}" if rows else "all data rows"
+    return scope + (f", at most {limit} sampled with seed {seed}" if limit is not None else "")
 
 
 def _print_summary(summary: dict[str, Any]) -> None:

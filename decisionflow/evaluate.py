@@ -18,8 +18,10 @@ import json
 import math
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 from . import metrics
@@ -145,6 +147,9 @@ def score_abstention(gold: Sequence[str], readings: Sequence[Reading], options: 
         # As in Larson et al. (2019): an in-scope row is right when answered correctly, an
         # out-of-scope row when the field abstains.
         "overall_accuracy": (right_in + abstained_out) / len(gold) if gold else None,
+        "overall_accuracy_without_abstention": (
+            sum(readings[i].predicted == gold[i] for i in in_scope) / len(gold) if gold else None
+        ),
     }
 
 
@@ -161,6 +166,8 @@ def score_baseline(gold: Sequence[str], records: Sequence[Any], field_name: str,
             if shared is not None:
                 agreements.append(shared)
     latencies = [r.latency_ms for r in records]
+    # Why answers were invalid (e.g. a repeated key, an unknown label): the commonest few reasons.
+    reasons = Counter(str(getattr(r, "reason", "") or "unknown")[:80] for r in records if not r.valid)
     return {
         "n": len(gold),
         "n_in_scope": len(in_scope),
@@ -171,6 +178,7 @@ def score_baseline(gold: Sequence[str], records: Sequence[Any], field_name: str,
         "mean_candidate_mass": None,
         "agreement_with_decisionflow": sum(agreements) / len(agreements) if agreements else None,
         "mean_latency_ms": sum(latencies) / len(latencies) if latencies else None,
+        "invalid_reasons": dict(reasons.most_common(3)),
     }
 
 
@@ -276,7 +284,10 @@ def evaluate(
         records = []
         began = time.perf_counter()
         for done, text in enumerate(texts, start=1):
-            records.append(json_generate(engine, target, text))
+            try:
+                records.append(json_generate(engine, target, text))
+            except DecisionflowError as error:  # e.g. an input too long: that row is invalid, not fatal
+                records.append(SimpleNamespace(valid=False, values=None, latency_ms=0.0, reason=str(error)))
             if report:
                 report(done, len(texts))
         summary["baseline"] = {
@@ -361,14 +372,19 @@ def markdown_report(summary: dict[str, Any], *, has_plot: bool) -> str:
                      f"{summary['n_out_of_scope']} rows have a gold label the field does not offer.")
     if "baseline" in summary:
         lines.append(f"The baseline gives no probabilities (no ECE). Agreement with decisionflow's answers: "
-                     f"{_fmt(summary['baseline']['agreement_with_decisionflow'])}.")
+                     f"{_fmt(summary['baseline']['agreement_with_decisionflow'])} (over its valid rows).")
+        reasons = summary["baseline"].get("invalid_reasons") or {}
+        if reasons:
+            lines.append("Commonest reasons its answers were invalid: "
+                         + "; ".join(f"{reason} ({count})" for reason, count in reasons.items()) + ".")
     if "abstention" in summary:
         a = summary["abstention"]
         lines += ["", "## Abstention", "",
                   f"Thresholds: min candidate mass {a['min_candidate_mass']}, min probability {a['min_probability']}.",
-                  "", "| coverage (in scope) | accuracy on covered | out-of-scope recall | overall accuracy |",
-                  "| ---: | ---: | ---: | ---: |",
-                  f"| {_fmt(a['coverage'])} | {_fmt(a['covered_accuracy'])} | {_fmt(a['oos_recall'])} | {_fmt(a['overall_accuracy'])} |"]
+                  "", "| coverage (in scope) | accuracy on covered | out-of-scope recall | overall accuracy | overall, no abstention |",
+                  "| ---: | ---: | ---: | ---: | ---: |",
+                  f"| {_fmt(a['coverage'])} | {_fmt(a['covered_accuracy'])} | {_fmt(a['oos_recall'])} | "
+                  f"{_fmt(a['overall_accuracy'])} | {_fmt(a.get('overall_accuracy_without_abstention'))} |"]
     if "shuffle" in summary:
         s = summary["shuffle"]
         lines += ["", "## Option order", "",

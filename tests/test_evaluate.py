@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from decisionflow.calibration import Calibration
 from decisionflow.cli import app
-from decisionflow.evaluate import Reading, score_abstention, score_flips, score_readings, shuffled_rubric
+from decisionflow.evaluate import Reading, score_abstention, score_baseline, score_flips, score_readings, shuffled_rubric
 from decisionflow.labelled import (
     DataError,
     label_columns,
@@ -126,6 +126,7 @@ def test_scores_separate_in_scope_rows_from_out_of_scope_ones():
     assert abstention["covered_accuracy"] == 0.5
     assert abstention["oos_recall"] == 1.0
     assert abstention["overall_accuracy"] == 0.5  # (1 right + 1 abstained oos) / 4
+    assert abstention["overall_accuracy_without_abstention"] == 0.5  # top labels: rows 0 and 2 right, of 4
 
 
 def test_failed_rows_are_invalid_and_flips_are_counted():
@@ -137,6 +138,22 @@ def test_failed_rows_are_invalid_and_flips_are_counted():
                                    [_reading("b", 0.9, 0.8), _reading("b", 0.9, 0.8), _reading("a", 0.9, 0.8)]])
     assert flips["flip_rate_per_order"] == [pytest.approx(1 / 3), pytest.approx(1 / 3)]
     assert flips["rows_flipped_in_any_order"] == pytest.approx(2 / 3)
+
+
+def test_baseline_scores_invalid_answers_as_wrong_and_agreement_over_valid_ones():
+    from types import SimpleNamespace
+
+    records = [
+        SimpleNamespace(valid=False, values=None, latency_ms=30.0, reason="duplicate key 'x'"),
+        SimpleNamespace(valid=True, values={"x": "b", "y": True}, latency_ms=10.0, reason=""),
+    ]
+    readings = [Reading("a", answers={"x": "a", "y": "true"}), Reading("a", answers={"x": "a", "y": "true"})]
+    summary = score_baseline(["a", "b"], records, "x", ["a", "b"], readings)
+    assert summary["accuracy"] == 0.5 and summary["valid_rate"] == 0.5
+    assert summary["ece"] is None and summary["mean_candidate_mass"] is None
+    assert summary["agreement_with_decisionflow"] == 0.5  # y agrees (True -> "true"), x does not
+    assert summary["mean_latency_ms"] == 20.0
+    assert summary["invalid_reasons"] == {"duplicate key 'x'": 1}
 
 
 def test_shuffled_rubric_reorders_only_the_options():
