@@ -179,14 +179,7 @@ def run(
     if input_path is not None and not input_path.is_file():
         err.print(f"run: input file not found: {input_path}", markup=False)
         raise typer.Exit(1)
-    try:
-        target = resolve_target(rubric_ref)
-    except RubricError as error:
-        if ctx.obj.debug:
-            raise
-        for problem in error.problems:
-            err.print(str(problem), markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+    target = load_target(ctx, rubric_ref, err)
     calibration = _guarded(ctx, err, lambda: _calibration_beside(rubric_ref))
     engine = _guarded(ctx, err, lambda: _load_engine(err, model=model, exact=exact, pin=pin, threads=threads))
     if text is not None:
@@ -213,6 +206,18 @@ def run(
     )
     if summary.failed:
         raise typer.Exit(1)
+
+
+def load_target(ctx: typer.Context, ref: str, err: Console):
+    """The decorated class or rubric `ref` names; its problems on stderr and exit 1 otherwise."""
+    try:
+        return resolve_target(ref)
+    except RubricError as error:
+        if ctx.obj.debug:
+            raise
+        for problem in error.problems:
+            err.print(str(problem), markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 def _calibration_beside(rubric_ref: str):

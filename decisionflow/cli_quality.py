@@ -175,18 +175,10 @@ def calibrate_command(
 
 
 def _target(ctx: typer.Context, ref: str, err: Console) -> tuple[Any, Any]:
+    from .cli import load_target
     from .declare import rubric_of
-    from .problems import RubricError
-    from .references import resolve_target
 
-    try:
-        target = resolve_target(ref)
-    except RubricError as error:
-        if ctx.obj.debug:
-            raise
-        for problem in error.problems:
-            err.print(str(problem), markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+    target = load_target(ctx, ref, err)
     return target, rubric_of(target)
 
 
