@@ -139,6 +139,14 @@ class CompiledField:
     def row_length(self) -> int:
         return len(self.row_tokens)
 
+    @property
+    def row_depth(self) -> int:
+        """Positions the row occupies after its context: its longest path, not its token count."""
+        depth: list[int] = []
+        for parent in self.row_parents:
+            depth.append(1 if parent < 0 else depth[parent] + 1)
+        return max(depth)
+
 
 def spellings(spec: FieldSpec, value: Value, answer_format: AnswerFormat) -> list[str]:
     """Every way the model may spell one answer; the first is canonical. `true` and `"true"` are one answer."""

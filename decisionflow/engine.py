@@ -109,12 +109,6 @@ class Engine:
         rubric = rubric_of(target)
         model_cls = typed_model(target)
         prepared = self._prepare(rubric)
-        head_hit = prepared.head is not None
-        if prepared.head is None:
-            began = time.perf_counter()
-            prepared.head = self.backend.prefill_head(list(prepared.compiled.head_tokens))
-            prepared.head_ms = (time.perf_counter() - began) * 1000
-
         # Tokenise and check every input before any pass, so a bad one fails fast and costs nothing.
         all_tokens = [prepared.compiled.request_tokens(p) for p in payloads]
         for index, tokens in enumerate(all_tokens):
@@ -124,6 +118,12 @@ class Engine:
                 if len(all_tokens) > 1:
                     raise type(exc)(f"input {index}: {exc}") from None
                 raise
+
+        head_hit = prepared.head is not None
+        if prepared.head is None:
+            began = time.perf_counter()
+            prepared.head = self.backend.prefill_head(list(prepared.compiled.head_tokens))
+            prepared.head_ms = (time.perf_counter() - began) * 1000
 
         decisions: list[Decision] = []
         for batch in self._batches(prepared.compiled, all_tokens):

@@ -39,18 +39,24 @@ class RequestState:
 
 
 def check_fits(compiled: CompiledRubric, input_tokens: list[int], max_positions: int) -> None:
-    """Refuse an input that, with every answer line and the longest row, exceeds the model's context."""
+    """Refuse an input that, with every answer line and the deepest row, exceeds the model's context."""
     if not max_positions:
         return
     answers = sum(max(len(line) for line in f.answer_lines) for f in compiled.fields.values())
-    longest_row = max(f.row_length for f in compiled.fields.values())
-    needed = len(compiled.head_tokens) + len(input_tokens) + answers + longest_row
-    if needed > max_positions:
-        room = max_positions - (needed - len(input_tokens))
+    deepest_row = max(f.row_depth for f in compiled.fields.values())
+    fixed = len(compiled.head_tokens) + answers + deepest_row
+    if fixed >= max_positions:
+        raise InputError(
+            f"this rubric's prompt ({len(compiled.head_tokens)} tokens) and answers need {fixed} positions "
+            f"before any input, but the model's context holds {max_positions}: shorten the rubric "
+            "(fewer or shorter options and descriptions) or use a model with a longer context"
+        )
+    if fixed + len(input_tokens) > max_positions:
         raise InputError(
             f"the input is {len(input_tokens)} tokens; with this rubric's prompt "
-            f"({len(compiled.head_tokens)} tokens) and answers it needs {needed} positions, but the model's "
-            f"context holds {max_positions}. Shorten the input to at most {max(room, 0)} tokens."
+            f"({len(compiled.head_tokens)} tokens) and answers it needs {fixed + len(input_tokens)} positions, "
+            f"but the model's context holds {max_positions}. Shorten the input to at most "
+            f"{max_positions - fixed} tokens."
         )
 
 

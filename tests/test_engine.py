@@ -217,6 +217,7 @@ def test_empty_input_is_refused(engine: Engine):
 
 
 def test_input_longer_than_the_context_is_refused(engine: Engine):
+    engine.decide(FLAT, TICKET)
     text = "word " * (engine.backend.max_positions + 10)
     with pytest.raises(InputError, match=str(engine.backend.max_positions)):
         engine.decide(FLAT, text)
@@ -231,3 +232,13 @@ def test_ids_answer_format(engine: Engine):
     result = engine.decide(rubric, TICKET)
     assert result.fields["topic"].value in ("billing", "delivery", "account_access")
     assert set(result.fields["topic"].probabilities) == {"billing", "delivery", "account_access"}
+
+
+def test_rubric_too_long_for_the_model_is_refused_before_any_pass(engine: Engine):
+    wordy = "a long explanation of this option " * 700
+    rubric = Rubric.model_validate({
+        "name": "wordy",
+        "fields": {"pick": {"kind": "choice", "question": "Pick one", "options": {"alpha": wordy, "beta": wordy}}},
+    })
+    with pytest.raises(InputError, match="before any input"):
+        engine.decide(rubric, TICKET)
