@@ -242,3 +242,23 @@ def test_rubric_too_long_for_the_model_is_refused_before_any_pass(engine: Engine
     })
     with pytest.raises(InputError, match="before any input"):
         engine.decide(rubric, TICKET)
+
+
+def test_calibration_rescales_without_changing_winners_and_abstains(engine: Engine):
+    from decisionflow.calibration import Calibration, FieldCalibration
+
+    raw = engine.decide(Triage, TICKET)
+    hot = Calibration(rubric="triage", fields={
+        "sentiment": FieldCalibration(temperature=3.0),
+        "department": FieldCalibration(min_candidate_mass=1.0),  # no answer ever has all the mass
+    })
+    calibrated = engine.decide(Triage, TICKET, calibration=hot)
+    before, after = raw.fields["sentiment"], calibrated.fields["sentiment"]
+    assert after.value == before.value and not after.abstained
+    assert max(after.probabilities.values()) < max(before.probabilities.values())
+    assert sum(after.probabilities.values()) == pytest.approx(1.0)
+    department = calibrated.fields["department"]
+    assert department.abstained and department.value is None
+    assert calibrated.abstained == ["department"] and calibrated.value.department is None
+    # The rest of the object is still decided, after the department's best guess written in the prompt.
+    assert calibrated.fields["refund_requested"].probabilities == raw.fields["refund_requested"].probabilities
