@@ -15,6 +15,7 @@ from rich.text import Text
 
 from .plan import Plan, make_plan
 from .problems import RubricError
+from .cli_options import ExactOption, ModelOption, ThreadsOption
 from .errors import DecisionflowError
 from .references import resolve_rubric, resolve_target
 from .rubric import FieldKind, FieldSpec, Rubric
@@ -36,11 +37,6 @@ RubricRef = Annotated[
     ),
 ]
 
-ModelOption = Annotated[
-    str | None,
-    typer.Option(help="A local model folder, a .gguf file or a hub id (default: the bundled SmolLM2-135M-Instruct).", show_default=False),
-]
-ExactOption = Annotated[bool, typer.Option("--exact", help="Score whole answers, line ending included, instead of reading only where answers fork.")]
 
 
 @dataclass(frozen=True)
@@ -166,7 +162,7 @@ def run(
         bool | None,
         typer.Option("--pin/--no-pin", help="Decide the first field alone first (default: the rubric's pin_first).", show_default=False),
     ] = None,
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads for torch.", show_default=False)] = None,
+    threads: ThreadsOption = None,
 ) -> None:
     """Decide one text (--text) or a JSONL file (--input/--output) with a model (default: the bundled SmolLM2)."""
     err = _stderr()
@@ -213,18 +209,23 @@ def load_target(ctx: typer.Context, ref: str, err: Console):
     try:
         return resolve_target(ref)
     except RubricError as error:
-        if ctx.obj.debug:
-            raise
-        for problem in error.problems:
-            err.print(str(problem), markup=False, highlight=False, soft_wrap=True)
+        _report(ctx, error, err)
         raise typer.Exit(1) from None
+
+
+def _report(ctx: typer.Context, error: RubricError, err: Console) -> None:
+    """One line per problem on stderr; `--debug` lets the exception through instead."""
+    if ctx.obj.debug:
+        raise error
+    for problem in error.problems:
+        err.print(str(problem), markup=False, highlight=False, soft_wrap=True)
 
 
 def _calibration_beside(rubric_ref: str):
     """The calibration file saved beside a YAML rubric by `decisionflow calibrate`, if any."""
     from .calibration import Calibration
 
-    if ":" in rubric_ref and not Path(rubric_ref).exists():
+    if not rubric_ref.lower().endswith((".yaml", ".yml")):
         return None
     path = Calibration.path_for(rubric_ref)
     return Calibration.load(path) if path.is_file() else None
@@ -338,10 +339,7 @@ def _load(ctx: typer.Context, ref: str, err: Console) -> Rubric | None:
     try:
         return resolve_rubric(ref)
     except RubricError as error:
-        if ctx.obj.debug:
-            raise
-        for problem in error.problems:
-            err.print(str(problem), markup=False, highlight=False, soft_wrap=True)
+        _report(ctx, error, err)
         return None
     except Exception as error:  # noqa: BLE001 - one line, not a traceback, unless --debug
         if ctx.obj.debug:

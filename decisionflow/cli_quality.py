@@ -14,6 +14,7 @@ from typing import Annotated, Any, Callable, Iterator
 import typer
 from rich.console import Console
 
+from .cli_options import ModelOption, ThreadsOption
 from .labelled import DataError, LabelledRow, load_labelled, parse_slice, resolve_fields, select_rows
 
 DataOption = Annotated[
@@ -38,12 +39,6 @@ MinProbabilityOption = Annotated[
     float | None,
     typer.Option("--min-probability", min=0.0, max=1.0, help="Abstain when the top label's probability is below this.", show_default=False),
 ]
-ModelOption = Annotated[
-    str | None,
-    typer.Option(help="A local model folder, a .gguf file or a hub id (default: the bundled SmolLM2-135M-Instruct).", show_default=False),
-]
-ThreadsOption = Annotated[int | None, typer.Option(min=1, help="CPU threads for torch.", show_default=False)]
-
 
 def eval_command(
     ctx: typer.Context,
@@ -194,14 +189,13 @@ def _rows(data: Path, text_column: str, fields: list[str], columns: list[str] | 
 def _calibration(rubric_ref: str, path: Path | None):
     from .calibration import Calibration
 
-    if path is not None:
-        if not path.is_file():
-            raise DataError(f"calibration file not found: {path}")
-        return Calibration.load(path)
-    if not rubric_ref.lower().endswith((".yaml", ".yml")):
-        return None
-    beside = Calibration.path_for(rubric_ref)
-    return Calibration.load(beside) if beside.is_file() else None
+    from .cli import _calibration_beside
+
+    if path is None:
+        return _calibration_beside(rubric_ref)
+    if not path.is_file():
+        raise DataError(f"calibration file not found: {path}")
+    return Calibration.load(path)
 
 
 def _engine(err: Console, model: str | None, threads: int | None):
