@@ -316,7 +316,7 @@ class GrammarConstrained:
         self._grammars: dict[str, Any] = {}
 
     def compiled_grammar(self, rubric: Rubric) -> Any:
-        key = rubric.model_dump_json()
+        key = rubric.key
         grammar = self._grammars.get(key)
         if grammar is None:
             grammar = self._grammars[key] = self.compiler.compile_json_schema(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import Enum
 from typing import Any, Iterable
 
@@ -282,6 +283,12 @@ class CompiledRubric:
     head_tokens: tuple[int, ...]
     fields: dict[str, CompiledField]
     view: TokenizerView
+
+    @cached_property
+    def positions_before_input(self) -> int:
+        """Positions a request needs besides its input: head, every answer line, the deepest row."""
+        answers = sum(max(len(line) for line in f.answer_lines) for f in self.fields.values())
+        return len(self.head_tokens) + answers + max(f.row_depth for f in self.fields.values())
 
     def request_tokens(self, payload: Any) -> list[int]:
         """Tokens after the head for one request: its input and the tail that opens the JSON object."""

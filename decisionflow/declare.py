@@ -155,7 +155,7 @@ _generated: dict[str, type[BaseModel]] = {}
 
 def model_for(rubric: Rubric) -> type[BaseModel]:
     """A pydantic class for a rubric without one (e.g. from YAML); one class per distinct rubric."""
-    key = rubric.model_dump_json()
+    key = rubric.key
     model = _generated.get(key)
     if model is None:
         definitions: dict[str, Any] = {}

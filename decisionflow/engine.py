@@ -82,7 +82,7 @@ class Engine:
         return prepared.compiled, prepared.plan
 
     def _prepare(self, rubric: Rubric) -> _Prepared:
-        key = (rubric.model_dump_json(), self.options.mode.value, self.options.pin_first)
+        key = (rubric.key, self.options.mode.value, self.options.pin_first)
         prepared = self._prepared.get(key)
         if prepared is None:
             compiled = compile_rubric(self.tokenizer, rubric, mode=self.options.mode, view=self.view)

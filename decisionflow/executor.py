@@ -42,9 +42,7 @@ def check_fits(compiled: CompiledRubric, input_tokens: list[int], max_positions:
     """Refuse an input that, with every answer line and the deepest row, exceeds the model's context."""
     if not max_positions:
         return
-    answers = sum(max(len(line) for line in f.answer_lines) for f in compiled.fields.values())
-    deepest_row = max(f.row_depth for f in compiled.fields.values())
-    fixed = len(compiled.head_tokens) + answers + deepest_row
+    fixed = compiled.positions_before_input
     if fixed >= max_positions:
         raise InputError(
             f"this rubric's prompt ({len(compiled.head_tokens)} tokens) and answers need {fixed} positions "

@@ -8,6 +8,7 @@ this model, never the user's class or file.
 from __future__ import annotations
 
 import re
+from functools import cached_property
 import unicodedata
 from enum import Enum
 from typing import Any, Iterator
@@ -269,6 +270,11 @@ class Rubric(_Frozen):
 
     def field(self, name: str) -> FieldSpec:
         return self.fields[name]
+
+    @cached_property
+    def key(self) -> str:
+        """A stable identity for caches keyed by rubric content (computed once per instance)."""
+        return self.model_dump_json()
 
 
 def find_cycle(edges: dict[str, tuple[str, ...]]) -> list[str] | None:
