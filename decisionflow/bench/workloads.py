@@ -1,0 +1,68 @@
+"""The benchmark's workloads: the peers' presets, the shipped workflows and a field-count sweep.
+
+Every input text is a data file shipped with the package (`bench/data/`), so the benchmark runs the
+same from a source tree and from an installed wheel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..spec.references import shipped_workflow
+from ..spec.rubric import Rubric
+from ..spec.yaml_rubric import load_rubric
+from .presets import PRESET_NAMES, first_fields, load_preset
+
+SWEEP_COUNTS = (1, 4, 8, 16, 28)
+SWEEP_PRESET = "support_triage"
+
+
+def workload_text(name: str) -> str:
+    """A shipped input text (`bench/data/NAME.txt`)."""
+    return resources.files(__package__).joinpath("data", f"{name}.txt").read_text(encoding="utf-8").strip()
+
+
+@dataclass
+class Workload:
+    name: str
+    rubric: Rubric
+    payload: str
+    group: str
+    """`preset`, `workflow`, `routing` or `sweep`."""
+    pcd_schema: dict[str, Any] | None = None
+    """The preset's own schema, handed to pcd as is."""
+
+    @property
+    def fields(self) -> int:
+        return len(self.rubric)
+
+
+def build_workloads(data_dir: Path, *, quick: bool = False) -> list[Workload]:
+    """The benchmark's inputs; `quick` keeps the one-field routing case and 4 support_triage fields."""
+    routing = load_rubric(shipped_workflow("model_routing"))
+    routing_one = first_fields(routing, 1)
+    routing_case = Workload("model_routing_route", routing_one, workload_text("routing_prompt"), "routing")
+    sweep = load_preset(SWEEP_PRESET, data_dir)
+
+    def sweep_case(count: int) -> Workload:
+        sub = first_fields(sweep.rubric, count)
+        schema = {k: sweep.schema[k] for k in sub.fields}
+        return Workload(f"{SWEEP_PRESET}_first_{count}", sub, sweep.context, "sweep", schema)
+
+    if quick:
+        return [routing_case, sweep_case(4)]
+
+    workloads: list[Workload] = []
+    for name in PRESET_NAMES:
+        preset = load_preset(name, data_dir)
+        workloads.append(Workload(preset.name, preset.rubric, preset.context, "preset", preset.schema))
+    workloads.append(Workload("workflow_support_triage", load_rubric(shipped_workflow("support_triage")), workload_text("support_ticket"), "workflow"))
+    workloads.append(Workload("workflow_fintech_fraud", load_rubric(shipped_workflow("fintech_fraud")), workload_text("fraud_alert"), "workflow"))
+    workloads.append(routing_case)
+    for count in SWEEP_COUNTS:
+        if count < len(sweep.rubric):  # the full preset is already a workload: the sweep's last point
+            workloads.append(sweep_case(count))
+    return workloads

@@ -1,0 +1,82 @@
+"""`decisionflow bench`: decisionflow against the usual baselines, side by side in one process."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..bench.presets import default_data_dir
+from ..bench.runner import METHODS
+from ..bench.workloads import build_workloads
+
+
+def bench_command(
+    data: Annotated[Path | None, typer.Option(help="A folder holding pcd_presets/ (default: $DECISIONFLOW_DATA, else the presets shipped with decisionflow).", show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option(help="Write bench.json and PNG plots to this folder.", show_default=False)] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Two small workloads, one repeat of the slow baselines (a few minutes on 2 cores).")] = False,
+    repeats: Annotated[int | None, typer.Option(min=1, help="Timed runs per method and workload (default 5, quick 3).", show_default=False)] = None,
+    slow_repeats: Annotated[int | None, typer.Option(min=1, help="Timed runs of the generation and per-field baselines (default 2, quick 1).", show_default=False)] = None,
+    methods: Annotated[str | None, typer.Option(help=f"Comma-separated subset of: {', '.join(METHODS)}.", show_default=False)] = None,
+    workloads: Annotated[str | None, typer.Option(help="Comma-separated workload names to keep.", show_default=False)] = None,
+    model: Annotated[str | None, typer.Option(help="A local model folder, a .gguf file or a hub id (default: the bundled model).", show_default=False)] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch threads (default: torch's own choice; use 1 on a machine shared with other CPU-heavy jobs).", show_default=False)] = None,
+    dtype: Annotated[str, typer.Option(help="Model dtype.")] = "float32",
+) -> None:
+    """Compare decisionflow with JSON generation, grammar-constrained generation and row-scoring baselines."""
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    data_dir = data if data is not None else default_data_dir()
+    if not (data_dir / "pcd_presets").is_dir():
+        err.print(f"no pcd_presets folder in {data_dir}: pass --data DIR or set DECISIONFLOW_DATA", markup=False)
+        raise typer.Exit(2)
+    repeats = repeats or (3 if quick else 5)
+    slow_repeats = min(slow_repeats or (1 if quick else 2), repeats)
+    chosen = [m.strip() for m in methods.split(",")] if methods else list(METHODS)
+    unknown = [m for m in chosen if m not in METHODS]
+    if unknown:
+        raise typer.BadParameter(f"unknown method {unknown[0]!r} (known: {', '.join(METHODS)})", param_hint="--methods")
+    selected = build_workloads(data_dir, quick=quick)
+    if workloads:
+        keep = {w.strip() for w in workloads.split(",")}
+        selected = [w for w in selected if w.name in keep]
+        if not selected:
+            raise typer.BadParameter("no workload matches", param_hint="--workloads")
+
+    import warnings
+
+    from transformers.utils import logging as transformers_logging
+
+    # pcd passes `past_key_values=`, which transformers 5 still accepts with a FutureWarning per call.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+    from ..runtime.engine import Engine
+    import torch
+
+    with err.status("loading the model"):
+        engine = Engine.load(model, dtype=dtype, threads=threads)
+    log = lambda message: err.print(message, markup=False, highlight=False)  # noqa: E731
+    settings = conditions(engine, threads=torch.get_num_threads(), dtype=dtype, repeats=repeats, slow_repeats=slow_repeats)
+
+    def save(rows: list[dict[str, Any]], *, complete: bool = False) -> None:
+        # Written after every workload, so a long run interrupted midway still leaves its results.
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            report = {"conditions": {**settings, "complete": complete}, "results": rows}
+            (out / "bench.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+            (out / "bench.md").write_text(markdown_table(rows), encoding="utf-8")
+
+    began = time.perf_counter()
+    rows = run_bench(engine, selected, chosen, repeats=repeats, slow_repeats=slow_repeats, log=log, on_workload=save)
+    log(f"bench finished in {time.perf_counter() - began:.0f} s")
+    print_table(rows)
+    if out is not None:
+        save(rows, complete=True)
+        plots = write_plots(rows, out)
+        log(f"wrote {out / 'bench.json'}, bench.md and {', '.join(p.name for p in plots)}")

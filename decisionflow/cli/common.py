@@ -1,0 +1,118 @@
+"""What every command shares: option types, the rubric and engine loaders, and the one error reporter.
+
+Command modules import this module and nothing else of `cli`, so no command depends on another.
+Errors reach the user as one line on stderr (no traceback unless `--debug`), with the exit code the
+error table in `decisionflow.errors` gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, TypeVar
+
+import typer
+from rich.console import Console
+
+from ..errors import DecisionflowError, RubricError, outcome_of
+from ..spec.references import YAML_SUFFIXES, resolve_rubric, resolve_target
+from ..spec.rubric import Rubric
+
+T = TypeVar("T")
+
+RubricRef = Annotated[
+    str,
+    typer.Argument(
+        metavar="RUBRIC",
+        help="A YAML rubric (.yaml/.yml), a shipped workflow's name, module:Class or path/to/file.py:Class.",
+        show_default=False,
+    ),
+]
+ModelOption = Annotated[
+    str | None,
+    typer.Option(help="A local model folder, a .gguf file or a hub id (default: the bundled SmolLM2-135M-Instruct).", show_default=False),
+]
+ThreadsOption = Annotated[int | None, typer.Option(min=1, help="CPU threads for torch.", show_default=False)]
+ExactOption = Annotated[bool, typer.Option("--exact", help="Score whole answers, line ending included, instead of reading only where answers fork.")]
+
+
+@dataclass(frozen=True)
+class Settings:
+    debug: bool
+
+
+def stderr() -> Console:
+    return Console(stderr=True)
+
+
+def say(console: Console, message: str) -> None:
+    """Print plain text: no markup, no highlighting, never cut at the terminal's width."""
+    console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+def count(number: int, singular: str, plural: str | None = None) -> str:
+    return f"{number} {singular if number == 1 else plural or singular + 's'}"
+
+
+def guarded(ctx: typer.Context, err: Console, action: Callable[[], T]) -> T:
+    """Run `action`; a decisionflow error becomes its lines on stderr and its exit code, unless --debug."""
+    try:
+        return action()
+    except RubricError as error:
+        report_problems(ctx, error, err)
+        raise typer.Exit(outcome_of(error).exit_code) from None
+    except (DecisionflowError, OSError) as error:
+        if ctx.obj.debug:
+            raise
+        say(err, f"error: {error}")
+        raise typer.Exit(outcome_of(error).exit_code if isinstance(error, DecisionflowError) else 1) from None
+
+
+def report_problems(ctx: typer.Context, error: RubricError, err: Console) -> None:
+    """One line per problem on stderr; `--debug` lets the exception through instead."""
+    if ctx.obj.debug:
+        raise error
+    for problem in error.problems:
+        say(err, str(problem))
+
+
+def load_target(ctx: typer.Context, ref: str, err: Console) -> Any:
+    """The decorated class or rubric `ref` names; its problems on stderr and exit 1 otherwise."""
+    return guarded(ctx, err, lambda: resolve_target(ref))
+
+
+def load_rubric_or_report(ctx: typer.Context, ref: str, err: Console) -> Rubric | None:
+    """The rubric, or None after printing its problems (validate goes on with the next reference)."""
+    try:
+        return resolve_rubric(ref)
+    except RubricError as error:
+        report_problems(ctx, error, err)
+        return None
+    except Exception as error:  # noqa: BLE001 - one line, not a traceback, unless --debug
+        if ctx.obj.debug:
+            raise
+        say(err, f"{ref}: {type(error).__name__}: {error} (run with --debug for the traceback)")
+        return None
+
+
+def calibration_beside(rubric_ref: str) -> Any:
+    """The calibration file saved beside a YAML rubric by `decisionflow calibrate`, if any."""
+    from ..runtime.calibration import Calibration
+
+    if not rubric_ref.lower().endswith(YAML_SUFFIXES):
+        return None
+    path = Calibration.path_for(rubric_ref)
+    return Calibration.load(path) if path.is_file() else None
+
+
+def load_engine(err: Console, *, model: str | None, exact: bool = False, pin: bool | None = None, threads: int | None = None) -> Any:
+    """Load the engine with a status line saying what is happening (converting, reading the cache)."""
+    from transformers.utils import logging as transformers_logging
+
+    from ..runtime.engine import Engine
+
+    transformers_logging.disable_progress_bar()  # the status line says what is loading
+    with err.status("loading the model") as status:
+        return Engine.load(
+            model, threads=threads, mode="exact" if exact else "branch", pin_first=pin,
+            status=lambda message: status.update(message),
+        )

@@ -1,0 +1,247 @@
+"""`decisionflow eval` and `decisionflow calibrate`: quality measured on labelled CSV data.
+
+Registered in cli.py. The data and the rubric are checked before the model loads, so a wrong column
+name costs nothing and is reported in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Callable, Iterator
+
+import typer
+from rich.console import Console
+
+from ..errors import CalibrationError, DataError
+from ..quality.labelled import LabelledRow, load_labelled, parse_slice, resolve_fields, select_rows
+from ..spec.references import YAML_SUFFIXES
+from .common import ModelOption, ThreadsOption, calibration_beside, guarded, load_engine, load_target, say, stderr
+
+DataOption = Annotated[
+    Path, typer.Option("--data", help="A labelled CSV file with a header row.", show_default=False)
+]
+TextColumnOption = Annotated[str, typer.Option("--text-column", help="Column holding the input text.")]
+LimitOption = Annotated[
+    int | None,
+    typer.Option(min=1, metavar="N", help="Use a reproducible random sample of N rows (file order kept).", show_default=False),
+]
+SeedOption = Annotated[int, typer.Option(help="Seed of the --limit sample.")]
+RowsOption = Annotated[
+    str | None,
+    typer.Option("--rows", metavar="START:STOP", help="Only data rows START..STOP-1 (0-based), before --limit; "
+                 "e.g. fit on 0:425 and evaluate on 425:.", show_default=False),
+]
+MinMassOption = Annotated[
+    float | None,
+    typer.Option("--min-mass", min=0.0, max=1.0, help="Abstain when the field's candidate mass is below this.", show_default=False),
+]
+MinProbabilityOption = Annotated[
+    float | None,
+    typer.Option("--min-probability", min=0.0, max=1.0, help="Abstain when the top label's probability is below this.", show_default=False),
+]
+
+def eval_command(
+    ctx: typer.Context,
+    rubric_ref: Annotated[str, typer.Argument(metavar="RUBRIC", help="A YAML rubric, module:Class or file.py:Class.", show_default=False)],
+    data: DataOption,
+    field: Annotated[str | None, typer.Option(help="The field to score (default: the rubric's first field).", show_default=False)] = None,
+    text_column: TextColumnOption = "text",
+    label_column: Annotated[
+        str | None,
+        typer.Option("--label-column", help="Column holding the gold label (default: a column named after the field, else `label`).", show_default=False),
+    ] = None,
+    limit: LimitOption = None,
+    seed: SeedOption = 0,
+    rows: RowsOption = None,
+    min_mass: MinMassOption = None,
+    min_probability: MinProbabilityOption = None,
+    calibration_path: Annotated[
+        Path | None,
+        typer.Option("--calibration", help="A calibration file (default: the one beside a YAML rubric, if any).", show_default=False),
+    ] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="Ignore any calibration file: score the model's own probabilities.")] = False,
+    shuffle_options: Annotated[
+        int, typer.Option("--shuffle-options", min=0, metavar="K", help="Re-ask with the field's options in K shuffled orders and report the flip rate.")
+    ] = 0,
+    baseline: Annotated[bool, typer.Option("--baseline", help="Also score unconstrained greedy JSON generation on the same rows (slow).")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Write eval.json, eval.md, rows.jsonl and reliability.png here.", show_default=False)] = None,
+    model: ModelOption = None,
+    threads: ThreadsOption = None,
+) -> None:
+    """Score a rubric against labelled data: accuracy, macro-F1, calibration error, abstention."""
+    from ..quality.evaluate import evaluate, with_thresholds, write_outputs
+
+    err = stderr()
+    target, rubric = _target(ctx, rubric_ref, err)
+    fields = guarded(ctx, err, lambda: resolve_fields(rubric, [field] if field else None))
+    chosen = guarded(ctx, err, lambda: _rows(data, text_column, fields, [label_column] if label_column else None, rows, limit, seed))
+    base = None if raw else guarded(ctx, err, lambda: _calibration(rubric_ref, calibration_path))
+    if base is not None:
+        guarded(ctx, err, lambda: base.check(rubric))
+    calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
+    engine = guarded(ctx, err, lambda: _engine(err, model, threads))
+    with _progress_bars(err) as progress_for:
+        run = guarded(ctx, err, lambda: evaluate(
+            engine, target, rubric, chosen, fields[0], calibration=calibration, shuffle_orders=shuffle_options,
+            seed=seed, baseline=baseline, progress_for=progress_for,
+        ))
+    run.summary = {
+        "rubric": rubric.name, "field": fields[0], "data": str(data), "model": model or "bundled SmolLM2-135M-Instruct",
+        "selection": _selection(rows, limit, seed), "calibration": (calibration.model_dump() if calibration else None),
+        **run.summary,
+    }
+    if out is not None:
+        written = guarded(ctx, err, lambda: write_outputs(run, out))
+        err.print("wrote " + ", ".join(str(p) for p in written), markup=False, highlight=False, soft_wrap=True)
+    _print_summary(run.summary)
+
+
+def calibrate_command(
+    ctx: typer.Context,
+    rubric_ref: Annotated[str, typer.Argument(metavar="RUBRIC", help="A YAML rubric, module:Class or file.py:Class.", show_default=False)],
+    data: DataOption,
+    field: Annotated[
+        list[str] | None,
+        typer.Option("--field", help="A field to calibrate; repeat for several (default: the rubric's first field).", show_default=False),
+    ] = None,
+    text_column: TextColumnOption = "text",
+    label_column: Annotated[
+        list[str] | None,
+        typer.Option("--label-column", help="Gold column, one per --field in order (default: a column named after "
+                     "each field, else `label`).", show_default=False),
+    ] = None,
+    limit: LimitOption = None,
+    seed: SeedOption = 0,
+    rows: RowsOption = None,
+    min_mass: MinMassOption = None,
+    min_probability: MinProbabilityOption = None,
+    fit_min_mass: Annotated[
+        bool,
+        typer.Option("--fit-min-mass", help="Fit the minimum candidate mass that maximises accuracy when rows whose gold "
+                     "label is not offered count as right only if they abstain."),
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", help="Where to save the calibration (default: beside a YAML rubric; required for module:Class).", show_default=False),
+    ] = None,
+    model: ModelOption = None,
+    threads: ThreadsOption = None,
+) -> None:
+    """Fit a per-field temperature (and abstention thresholds) on labelled data and save it beside the rubric."""
+    from ..quality.temperature_fit import fit_calibration
+    from ..runtime.calibration import Calibration
+
+    err = stderr()
+    if fit_min_mass and min_mass is not None:
+        err.print("calibrate: give --min-mass or --fit-min-mass, not both", markup=False)
+        raise typer.Exit(2)
+    if output is None:
+        if not rubric_ref.lower().endswith(YAML_SUFFIXES):
+            err.print("calibrate: a module:Class rubric has no folder to save beside; give --output PATH", markup=False)
+            raise typer.Exit(2)
+        output = Calibration.path_for(rubric_ref)
+    target, rubric = _target(ctx, rubric_ref, err)
+    fields = guarded(ctx, err, lambda: resolve_fields(rubric, field))
+    chosen = guarded(ctx, err, lambda: _rows(data, text_column, fields, label_column, rows, limit, seed))
+    existing = guarded(ctx, err, lambda: _existing_calibration(output, rubric))
+    engine = guarded(ctx, err, lambda: _engine(err, model, threads))
+    with _progress_bars(err) as progress_for:
+        calibration, fits = guarded(ctx, err, lambda: fit_calibration(
+            engine, target, rubric, chosen, fields, min_mass=min_mass, min_probability=min_probability,
+            fit_min_mass=fit_min_mass, base=existing, progress=progress_for("deciding"),
+        ))
+    guarded(ctx, err, lambda: calibration.save(output))
+    out = Console()
+    for fit in fits:
+        s = fit.settings
+        out.print(
+            f"{fit.field}: temperature {s.temperature:.3f} on {fit.rows} rows; ECE {_fmt(fit.ece_before)} -> {_fmt(fit.ece_after)}, "
+            f"NLL {_fmt(fit.nll_before)} -> {_fmt(fit.nll_after)}; accuracy {_fmt(fit.accuracy)}; "
+            f"winning label unchanged on {fit.winners_unchanged}/{fit.rows} rows"
+            + (f"; min candidate mass {s.min_candidate_mass:.4f}" if s.min_candidate_mass is not None else "")
+            + (f" (accuracy with out-of-scope abstention {fit.fitted_mass_accuracy:.3f})" if fit.fitted_mass_accuracy is not None else "")
+            + (f"; min probability {s.min_probability}" if s.min_probability is not None else ""),
+            markup=False, highlight=False, soft_wrap=True,
+        )
+    out.print(f"saved {output}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _existing_calibration(path: Path, rubric: Any) -> Any:
+    """The calibration already at `path`, whose other fields are kept; one for another rubric is replaced."""
+    from ..runtime.calibration import Calibration
+
+    if not path.is_file():
+        return None
+    existing = Calibration.load(path)
+    try:
+        existing.check(rubric)
+    except CalibrationError:
+        return None
+    return existing
+
+
+def _target(ctx: typer.Context, ref: str, err: Console) -> tuple[Any, Any]:
+    from ..spec.declare import rubric_of
+
+    target = load_target(ctx, ref, err)
+    return target, rubric_of(target)
+
+
+def _rows(data: Path, text_column: str, fields: list[str], columns: list[str] | None,
+          rows: str | None, limit: int | None, seed: int) -> list[LabelledRow]:
+    loaded, _ = load_labelled(data, text_column=text_column, fields=fields, given_columns=columns)
+    chosen = select_rows(loaded, rows_slice=parse_slice(rows), limit=limit, seed=seed)
+    if any(not row.gold[name] for row in chosen for name in fields):
+        raise DataError(f"{data}: some selected rows have an empty gold label")
+    return chosen
+
+
+def _calibration(rubric_ref: str, path: Path | None):
+    from ..runtime.calibration import Calibration
+
+    if path is None:
+        return calibration_beside(rubric_ref)
+    if not path.is_file():
+        raise DataError(f"calibration file not found: {path}")
+    return Calibration.load(path)
+
+
+def _engine(err: Console, model: str | None, threads: int | None):
+    return load_engine(err, model=model, threads=threads)
+
+
+@contextlib.contextmanager
+def _progress_bars(err: Console) -> Iterator[Callable[[str], Callable[[int, int], None]]]:
+    """A factory of progress callbacks, one bar per phase (deciding, each shuffled order, the baseline)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err) as bar:
+        def factory(label: str) -> Callable[[int, int], None]:
+            task = bar.add_task(label, total=None)
+            return lambda done, total: bar.update(task, completed=done, total=total)
+
+        yield factory
+
+
+def _selection(rows: str | None, limit: int | None, seed: int) -> str:
+    # Said as the options were given: a --limit at or above the row count keeps every row.
+    scope = f"data rows {rows}" if rows else "all data rows"
+    return scope + (f", at most {limit} sampled with seed {seed}" if limit is not None else "")
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    keys = ("n", "accuracy", "macro_f1", "valid_rate", "ece", "mean_candidate_mass")
+    compact = {k: summary.get(k) for k in keys}
+    for extra in ("n_out_of_scope", "abstention", "shuffle"):
+        if extra in summary:
+            compact[extra] = summary[extra]
+    if "baseline" in summary:
+        compact["baseline"] = {k: summary["baseline"].get(k) for k in (*keys, "agreement_with_decisionflow", "mean_latency_ms")}
+    typer.echo(json.dumps(compact, indent=2))
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

@@ -1,0 +1,173 @@
+"""`decisionflow validate` and `decisionflow plan`: checking and planning rubrics without a model."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..spec.plan import Plan, make_plan
+from ..spec.rubric import FieldKind, FieldSpec, Rubric
+from .common import ExactOption, ModelOption, RubricRef, count, guarded, load_rubric_or_report, say, stderr
+
+
+def validate(
+    ctx: typer.Context,
+    rubrics: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="RUBRIC",
+            help="YAML rubrics (.yaml/.yml), shipped workflow names, module:Class or path/to/file.py:Class.",
+            show_default=False,
+        ),
+    ],
+) -> None:
+    """Check rubrics; print one OK line per valid rubric, or one line per problem on stderr."""
+    out, err = Console(), stderr()
+    failed = False
+    for ref in rubrics:
+        rubric = load_rubric_or_report(ctx, ref, err)
+        if rubric is None:
+            failed = True
+            continue
+        say(out, f"OK {ref}: {rubric.name} ({count(len(rubric), 'field')}, "
+                 f"{count(make_plan(rubric).forward_passes, 'forward pass', 'forward passes')})")
+    if failed:
+        raise typer.Exit(1)
+
+
+def plan(
+    ctx: typer.Context,
+    rubric_ref: RubricRef,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+    pin: Annotated[
+        bool | None,
+        typer.Option(
+            "--pin/--no-pin",
+            help="Decide the first field alone before the rest (default: the rubric's pin_first).",
+            show_default=False,
+        ),
+    ] = None,
+    max_fields_per_pass: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            metavar="N",
+            help="At most this many fields share one forward pass (default: the rubric's setting).",
+            show_default=False,
+        ),
+    ] = None,
+    tokens: Annotated[
+        bool,
+        typer.Option("--tokens", help="Add the token view: rows, their token counts and where each row ends (loads only the tokenizer)."),
+    ] = False,
+    model: ModelOption = None,
+    text: Annotated[
+        str | None, typer.Option(help="A sample input, to count a request's own tokens (with --tokens).", show_default=False)
+    ] = None,
+    exact: ExactOption = False,
+) -> None:
+    """Show the rounds a rubric is decided in, without running a model."""
+    err = stderr()
+    rubric = load_rubric_or_report(ctx, rubric_ref, err)
+    if rubric is None:
+        raise typer.Exit(1)
+    result = make_plan(rubric, pin_first=pin, max_fields_per_pass=max_fields_per_pass)
+    data = plan_json(result)
+    if tokens or text is not None:
+        data = guarded(ctx, err, lambda: add_token_view(data, rubric, model=model, text=text, exact=exact, err=err))
+    if as_json:
+        typer.echo(json.dumps(data))
+        return
+    # The token view is wide; a pipe or a narrow terminal must not silently drop its columns.
+    console = Console(width=max(Console().width, 150)) if "head_tokens" in data else Console()
+    console.print(plan_table(rubric, result, data if "head_tokens" in data else None))
+    if "head_tokens" in data:
+        say(console,
+            f"head {data['head_tokens']} tokens (cached once per rubric); per request: "
+            + (f"{data['request_tokens']} input tokens, " if "request_tokens" in data else "")
+            + f"{data['forward_passes']} forward passes, {data['row_tokens']} row tokens; layout {data['layout']}")
+
+
+def add_token_view(data: dict, rubric: Rubric, *, model: str | None, text: str | None, exact: bool, err: Console) -> dict:
+    """Extend `plan --json` with what the tokenizer says: rows, their tokens, where each row ends."""
+    from ..compiler import ReadMode, compile_rubric
+    from ..runtime.loading import load_tokenizer
+
+    with err.status("loading the tokenizer") as status:
+        tokenizer = load_tokenizer(model, status=lambda message: status.update(message))
+    compiled = compile_rubric(tokenizer, rubric, mode=ReadMode.EXACT if exact else ReadMode.BRANCH)
+    rows = compiled.token_view()
+    rounds = []
+    for round_ in data["rounds"]:
+        round_rows = [{"field": name, **rows[name]} for name in round_["fields"]]
+        rounds.append({**round_, "rows": round_rows, "row_tokens": sum(r["row_tokens"] for r in round_rows)})
+    view = {
+        **data,
+        "rounds": rounds,
+        "layout": compiled.layout.name,
+        "head_tokens": len(compiled.head_tokens),
+        "row_tokens": sum(r["row_tokens"] for r in rounds),
+    }
+    if text is not None:
+        view["request_tokens"] = len(compiled.request_tokens(text))
+    return view
+
+
+def plan_json(result: Plan) -> dict:
+    """The `plan --json` object; each round is a dict so per-round details can be added later."""
+    return {**result.to_dict(), "forward_passes": result.forward_passes}
+
+
+def plan_table(rubric: Rubric, result: Plan, token_view: dict | None = None) -> Table:
+    table = Table(
+        title=f"{rubric.name}: {count(result.forward_passes, 'forward pass', 'forward passes')}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    # Only the dependencies column wraps; the short columns keep their width on a narrow terminal.
+    for column, justify in [("round", "right"), ("level", "right"), ("pinned", "left"), ("field", "left"),
+                            ("kind", "left"), ("options", "right")]:
+        table.add_column(column, justify=justify, no_wrap=True)
+    table.add_column("depends on")
+    rows = {}
+    if token_view is not None:
+        table.add_column("row tokens", justify="right")
+        table.add_column("row ends")
+        rows = {r["field"]: r for round_ in token_view["rounds"] for r in round_["rows"]}
+    for round_ in result.rounds:
+        for position, name in enumerate(round_.fields):
+            spec = rubric.field(name)
+            first = position == 0
+            table.add_row(
+                str(round_.index) if first else "",
+                str(round_.level) if first else "",
+                ("yes" if round_.pinned else "") if first else "",
+                Text(name),
+                spec.kind.value,
+                str(_option_count(spec)),
+                Text(_dependencies(spec)),  # Text: `[a, b]` is not rich markup
+                *([str(rows[name]["row_tokens"]), Text(repr(rows[name]["row_ends"]))] if rows else []),
+                end_section=position == len(round_.fields) - 1,
+            )
+    return table
+
+
+def _option_count(spec: FieldSpec) -> int:
+    if spec.kind is FieldKind.CHOICE:
+        return len(spec.options or {})
+    return len(spec.values)
+
+
+def _dependencies(spec: FieldSpec) -> str:
+    parts = [f"after {', '.join(spec.after)}"] if spec.after else []
+    if spec.when is not None:
+        # Written as in YAML, so `true` reads the same in the table and in the rubric file.
+        values = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in spec.when.values)
+        parts.append(f"when {spec.when.field} in [{values}]")
+    return "\n".join(parts)

@@ -1,0 +1,15 @@
+"""Step 2: a rubric and a tokenizer in, the prompt, the JSON layout and every field's token trie out.
+
+Needs a tokenizer, never torch: `decisionflow plan --tokens` runs it without loading a model.
+"""
+
+from .compiled import CompiledRubric, compile_rubric
+from .layout import LAYOUTS, Layout, probe_layout
+from .prompt import PromptParts, render_input, render_prompt, system_text
+from .tokens import TokenizerView
+from .trie import CompiledField, ReadMode, TrieNode
+
+__all__ = [
+    "LAYOUTS", "CompiledField", "CompiledRubric", "Layout", "PromptParts", "ReadMode", "TokenizerView",
+    "TrieNode", "compile_rubric", "probe_layout", "render_input", "render_prompt", "system_text",
+]

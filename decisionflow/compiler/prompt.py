@@ -1,0 +1,130 @@
+"""The prompt: the rubric's catalog and the request's input, rendered by the model's own chat template.
+
+The rendered text is split in two around the input: the **head** (system turn, catalog, `Input:`) is
+identical for every request of a rubric, so its KV cache is computed once; the **tail** closes the
+user turn and opens the assistant's JSON object, and is tokenised with each request's input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from ..errors import InputError, ModelError
+from ..spec.rubric import AnswerFormat, FieldKind, FieldSpec, Rubric
+
+_INPUT_SENTINEL = "\u2063INPUT\u2063"
+_OPENER_SENTINEL = "\u2063OPEN\u2063"
+# Fixed values for template variables some families inject (Llama 3 writes today's date into the
+# system turn): a date that changes at midnight would silently invalidate the cached head.
+_TEMPLATE_ARGS = {"enable_thinking": False, "date_string": "01 Jan 2026"}
+
+PREAMBLE = (
+    "Read the input and fill in a JSON object with exactly the keys listed below. "
+    "Every value must be copied exactly from that key's allowed options."
+)
+
+
+def answer_ids(count: int) -> list[str]:
+    """Short ids for the `ids` answer format: A..Z, then AA, AB, ..."""
+    letters = [chr(ord("A") + i) for i in range(26)]
+    ids = list(letters)
+    for first in letters:
+        if len(ids) >= count:
+            break
+        ids.extend(first + second for second in letters)
+    return ids[:count]
+
+
+def value_literal(spec: FieldSpec, value: Any, answer_format: AnswerFormat) -> str:
+    """The canonical JSON text of an allowed answer, as the catalog shows it and answers are written."""
+    if spec.kind is FieldKind.BOOLEAN:
+        return "true" if value else "false"
+    if spec.kind is FieldKind.SCORE:
+        return str(int(value))
+    if answer_format is AnswerFormat.IDS:
+        return json.dumps(answer_ids(len(spec.values))[spec.values.index(value)])
+    return json.dumps(value, ensure_ascii=False)
+
+
+def catalog_entry(spec: FieldSpec, answer_format: AnswerFormat) -> str:
+    question = spec.question.rstrip(". ")
+    head = f'- "{spec.name}": {question}.'
+    if spec.kind is FieldKind.BOOLEAN:
+        return f"{head} Allowed: true | false"
+    allowed = " | ".join(value_literal(spec, v, answer_format) for v in spec.values)
+    described = [v for v in spec.values if spec.description_of(v)]
+    if answer_format is AnswerFormat.IDS and spec.kind is FieldKind.CHOICE:
+        ids = answer_ids(len(spec.values))
+        lines = [f"{head} Answer with the id of the option. Allowed: {allowed}"]
+        for key, value in zip(ids, spec.values):
+            description = spec.description_of(value)
+            lines.append(f"    {key}) {value}" + (f" \u2014 {description}" if description else ""))
+        return "\n".join(lines)
+    lines = [f"{head} Allowed: {allowed}"]
+    for value in described:
+        lines.append(f"    {value_literal(spec, value, answer_format)}: {spec.description_of(value)}")
+    return "\n".join(lines)
+
+
+def system_text(rubric: Rubric) -> str:
+    parts = [rubric.instructions.strip()] if rubric.instructions.strip() else []
+    parts.append(PREAMBLE)
+    parts.append("Keys:\n" + "\n".join(catalog_entry(s, rubric.answer_format) for s in rubric))
+    return "\n\n".join(parts)
+
+
+def render_input(payload: Any) -> str:
+    """The request's input as text: a string, a JSON-able object, or a conversation transcript.
+
+    Whatever it holds is data to judge, never instructions that replace the rubric's.
+    """
+    if isinstance(payload, str):
+        text = payload.strip()
+    elif _is_conversation(payload):
+        turns = [f"[{m['role']}]\n{str(m['content']).strip()}" for m in payload]
+        text = "Conversation transcript:\n" + "\n\n".join(turns) + "\n[end of transcript]"
+    else:
+        try:
+            text = json.dumps(payload, ensure_ascii=False, indent=2)
+        except TypeError as exc:
+            raise InputError(f"input of type {type(payload).__name__} is not text, a conversation or JSON-able: {exc}") from None
+    if not text.strip():
+        raise InputError("the input is empty: there is nothing to decide on")
+    return text
+
+
+def _is_conversation(payload: Any) -> bool:
+    return (
+        isinstance(payload, Sequence)
+        and not isinstance(payload, (str, bytes))
+        and len(payload) > 0
+        and all(isinstance(m, Mapping) and {"role", "content"} <= set(m) for m in payload)
+    )
+
+
+@dataclass(frozen=True)
+class PromptParts:
+    head: str
+    """Everything before the input; identical for every request of the rubric."""
+    tail: str
+    """Everything after the input, ending with the opener of the JSON object."""
+
+
+def render_prompt(tokenizer: Any, rubric: Rubric, *, opener: str) -> PromptParts:
+    """Render the rubric's prompt through the model's chat template and split it around the input."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelError("the tokenizer has no chat template; decisionflow needs an instruction-tuned chat model")
+    messages = [
+        {"role": "system", "content": system_text(rubric)},
+        {"role": "user", "content": "Input:\n" + _INPUT_SENTINEL},
+        {"role": "assistant", "content": _OPENER_SENTINEL},
+    ]
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, continue_final_message=True, **_TEMPLATE_ARGS
+    )
+    if text.count(_INPUT_SENTINEL) != 1 or not text.endswith(_OPENER_SENTINEL):
+        raise ModelError("the chat template did not render the conversation as expected (input or assistant turn missing)")
+    head, tail = text.split(_INPUT_SENTINEL)
+    return PromptParts(head=head, tail=tail[: -len(_OPENER_SENTINEL)] + opener)

@@ -1,0 +1,196 @@
+"""Each field as a token trie of its allowed JSON lines, and the trie as a row of one packed pass.
+
+Every candidate answer is tokenised as a *complete JSON line in context* (`"key": true,` after the
+prompt's tail), never as text split at the colon: the tokenizer decides where the value starts, and a
+hand-made split leaves a dangling space token that measures almost none of the model's belief. The
+candidates' token sequences share a stem (indentation, key, colon); the row ends where they part
+ways, and the trie below says which further positions must be read to tell the labels apart.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ..errors import CompileError
+from ..spec.rubric import AnswerFormat, FieldKind, FieldSpec, Value
+from .layout import Layout
+from .prompt import value_literal
+from .tokens import TokenizerView
+from .tree import tree_depths
+
+
+class ReadMode(str, Enum):
+    BRANCH = "branch"
+    """Read logits only where the trie forks between different answers."""
+    EXACT = "exact"
+    """Score every token of every answer's line, its line ending included."""
+
+
+@dataclass(eq=False)
+class TrieNode:
+    children: dict[int, "TrieNode"] = field(default_factory=dict)
+    values: set[int] = field(default_factory=set)
+    """Indexes of the answers reachable below this node."""
+    read: bool = False
+    """Whether the next-token distribution after this node must be read."""
+    reads_below: bool = False
+    """Whether this node or any node under it is read (so its token must be fed)."""
+    position: int = -1
+    """Index of this node's token within the field's row (the root is the stem's last token)."""
+
+
+@dataclass(frozen=True)
+class CompiledField:
+    spec: FieldSpec
+    values: tuple[Value, ...]
+    labels: tuple[str, ...]
+    """Each allowed answer as reported in results (`true`, `7`, `billing`)."""
+    stem: tuple[int, ...]
+    """Tokens every candidate line shares; the row's first part."""
+    row_tokens: tuple[int, ...]
+    """stem + the trie tokens that lead to read positions."""
+    row_parents: tuple[int, ...]
+    """Parent of each row token within the row; -1 means the end of the shared context."""
+    root: TrieNode
+    read_positions: tuple[int, ...]
+    """Row positions whose next-token distribution is read."""
+    answer_lines: tuple[tuple[int, ...], ...]
+    """Per answer, the complete line written into the prompt once it is decided."""
+    mass_tokens: tuple[int, ...]
+    """Tokens that start an allowed answer at the root (every tokenisation, not only the canonical)."""
+    method: str
+
+    @property
+    def row_length(self) -> int:
+        return len(self.row_tokens)
+
+    @property
+    def row_depth(self) -> int:
+        """Positions the row occupies after its context: its longest path, not its token count."""
+        return max(tree_depths(self.row_parents)) + 1
+
+
+def spellings(spec: FieldSpec, value: Value, answer_format: AnswerFormat) -> list[str]:
+    """Every way the model may spell one answer; the first is canonical. `true` and `"true"` are one answer."""
+    canonical = value_literal(spec, value, answer_format)
+    if spec.kind in (FieldKind.BOOLEAN, FieldKind.SCORE):
+        return [canonical, json.dumps(canonical)]
+    return [canonical]
+
+
+def compile_field(
+    view: TokenizerView,
+    spec: FieldSpec,
+    *,
+    layout: Layout,
+    anchor: str,
+    anchor_ids: list[int],
+    answer_format: AnswerFormat,
+    mode: ReadMode,
+) -> CompiledField:
+    values = spec.values
+    candidates: list[tuple[int, tuple[int, ...]]] = []
+    seen: dict[tuple[int, ...], int] = {}
+    for index, value in enumerate(values):
+        for spelling in spellings(spec, value, answer_format):
+            tokens = view.suffix_after(anchor_ids, anchor, layout.line(spec.name, spelling))
+            if tokens is None:
+                raise CompileError(f"fields.{spec.name}: the line for answer {value!r} merges with the text before it")
+            tokens_t = tuple(tokens)
+            if tokens_t in seen and seen[tokens_t] != index:
+                raise CompileError(
+                    f"fields.{spec.name}: answers {values[seen[tokens_t]]!r} and {value!r} tokenise identically "
+                    "and cannot be told apart"
+                )
+            if tokens_t not in seen:
+                seen[tokens_t] = index
+                candidates.append((index, tokens_t))
+
+    stem_length = _common_prefix_length([t for _, t in candidates])
+    shortest = min(len(t) for _, t in candidates)
+    if stem_length >= shortest:
+        stem_length = shortest - 1
+    if stem_length < 1:
+        raise CompileError(f"fields.{spec.name}: the candidate lines share no prefix (not even the key)")
+    for (i, a), (j, b) in ((x, y) for x in candidates for y in candidates if x[0] != y[0]):
+        if len(a) < len(b) and b[: len(a)] == a:
+            raise CompileError(
+                f"fields.{spec.name}: the line of {values[i]!r} is a prefix of the line of {values[j]!r}; "
+                "they cannot be told apart"
+            )
+    stem = candidates[0][1][:stem_length]
+
+    root = TrieNode()
+    for index, tokens in candidates:
+        node = root
+        node.values.add(index)
+        for token in tokens[stem_length:]:
+            node = node.children.setdefault(token, TrieNode())
+            node.values.add(index)
+
+    _mark_reads(root, mode)
+    row_tokens = list(stem)
+    row_parents = list(range(-1, stem_length - 1))
+    root.position = stem_length - 1
+    read_positions: list[int] = []
+    _pack(root, row_tokens, row_parents, read_positions)
+
+    deepest_read = len(read_positions) > 1
+    method = "exact" if mode is ReadMode.EXACT else ("branch" if deepest_read else "first_token")
+    canonical = {index: tokens for index, tokens in reversed(candidates)}
+    return CompiledField(
+        spec=spec,
+        values=values,
+        labels=spec.labels,
+        stem=stem,
+        row_tokens=tuple(row_tokens),
+        row_parents=tuple(row_parents),
+        root=root,
+        read_positions=tuple(read_positions),
+        answer_lines=tuple(canonical[i] for i in range(len(values))),
+        mass_tokens=_mass_tokens(view, root, [t[stem_length:] for _, t in candidates]),
+        method=method,
+    )
+
+
+def _common_prefix_length(sequences: list[tuple[int, ...]]) -> int:
+    first = sequences[0]
+    length = 0
+    while length < len(first) and all(len(s) > length and s[length] == first[length] for s in sequences):
+        length += 1
+    return length
+
+
+def _mark_reads(node: TrieNode, mode: ReadMode) -> bool:
+    """Exact mode reads after every token of every line; branch mode only where answers part ways."""
+    if mode is ReadMode.EXACT:
+        node.read = bool(node.children)
+    else:
+        node.read = len(node.values) > 1 and len(node.children) > 1
+    below = [_mark_reads(child, mode) for child in node.children.values()]
+    node.reads_below = node.read or any(below)
+    return node.reads_below
+
+
+def _pack(node: TrieNode, tokens: list[int], parents: list[int], reads: list[int]) -> None:
+    if node.read:
+        reads.append(node.position)
+    for token, child in node.children.items():
+        if child.reads_below:
+            child.position = len(tokens)
+            tokens.append(token)
+            parents.append(node.position)
+            _pack(child, tokens, parents, reads)
+
+
+def _mass_tokens(view: TokenizerView, root: TrieNode, suffixes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """Root tokens that begin some allowed answer's text, however the tokenizer splits it."""
+    found = set(root.children)
+    texts_to_ids = view.texts_to_ids
+    for suffix in suffixes:
+        text = view.decode(suffix)
+        for end in range(1, len(text) + 1):
+            found.update(texts_to_ids.get(text[:end], ()))
+    return tuple(sorted(found))

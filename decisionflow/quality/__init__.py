@@ -1,0 +1,1 @@
+"""How good the answers are: labelled data, metrics, evaluation, and fitting calibrations."""

@@ -1,0 +1,402 @@
+"""Scoring a rubric against labelled data: accuracy, macro-F1, calibration, abstention, order effects.
+
+The engine's readings are collected once per row (top label, its distribution, candidate mass and
+whether the field abstained), then scored by `metrics`. Conventions:
+
+- `accuracy`, `macro_f1` and `ece` use the rows whose gold label is one of the field's options
+  ("in scope") and the field's top label, whether or not it abstained; abstention is scored apart.
+- A row whose gold label is not offered (CLINC150's `oos`) counts only for abstention: it is right
+  when the field abstains (`oos_recall`).
+- `valid_rate` is the fraction of rows that produced a decision at all. An abstained field is not
+  invalid: it is "not covered" (`coverage`).
+- The JSON-generation baseline gives no probabilities, so its `ece` and `mean_candidate_mass` are None.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable, Sequence
+
+from . import metrics
+from ..runtime.calibration import Calibration, FieldCalibration
+from ..errors import DecisionflowError
+from .labelled import LabelledRow, label_of, offered_labels
+from ..spec.declare import rubric_of
+from ..spec.rubric import Rubric
+
+CHUNK_ROWS = 32
+"""Rows handed to decide_many at once: small enough for a live progress bar, large enough to pack."""
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the engine said about one field of one row."""
+
+    predicted: str | None
+    """Top label, abstained or not; None when the row failed or the field was not asked."""
+    probabilities: dict[str, float] = field(default_factory=dict)
+    candidate_mass: float | None = None
+    abstained: bool = False
+    answers: dict[str, str | None] = field(default_factory=dict)
+    """Every field's top label, for agreement with another method."""
+    error: str = ""
+
+    @property
+    def confidence(self) -> float | None:
+        return self.probabilities.get(self.predicted) if self.predicted is not None else None
+
+
+def read_rows(
+    engine: Any, target: Any, texts: Sequence[str], field_name: str, *,
+    calibration: Calibration | None = None, progress: Progress | None = None,
+) -> list[Reading]:
+    """One reading of `field_name` per text."""
+    return [row[field_name] for row in read_all_fields(engine, target, texts, calibration=calibration, progress=progress)]
+
+
+def read_all_fields(
+    engine: Any, target: Any, texts: Sequence[str], *,
+    calibration: Calibration | None = None, progress: Progress | None = None,
+) -> list[dict[str, Reading]]:
+    """Field name -> reading, per text; a text that cannot be decided gets readings holding its error."""
+    names = list(rubric_of(target).fields)
+    readings: list[dict[str, Reading]] = []
+    for start in range(0, len(texts), CHUNK_ROWS):
+        chunk = list(texts[start:start + CHUNK_ROWS])
+        done = len(readings)
+        report = (lambda finished, _total: progress(done + finished, len(texts))) if progress else None
+        for outcome in engine.decide_each(target, chunk, calibration=calibration, progress=report):
+            if isinstance(outcome, DecisionflowError):
+                outcome.input_index = None
+                readings.append({name: Reading(predicted=None, error=str(outcome)) for name in names})
+            else:
+                readings.append(_readings(outcome))
+        if progress:
+            progress(len(readings), len(texts))
+    return readings
+
+
+def _readings(decision: Any) -> dict[str, Reading]:
+    answers = {name: metrics.top_label(f.probabilities) for name, f in decision.fields.items()}
+    return {
+        name: Reading(
+            predicted=answers[name],
+            probabilities=dict(result.probabilities),
+            candidate_mass=result.candidate_mass,
+            abstained=result.abstained,
+            answers=answers,
+        )
+        for name, result in decision.fields.items()
+    }
+
+
+def score_readings(gold: Sequence[str], readings: Sequence[Reading], options: Sequence[str]) -> dict[str, Any]:
+    """The eval.json figures for the engine on these rows."""
+    offered = set(options)
+    in_scope = [i for i, g in enumerate(gold) if g in offered]
+    out_of_scope = [i for i, g in enumerate(gold) if g not in offered]
+    gold_in = [gold[i] for i in in_scope]
+    predicted_in = [readings[i].predicted for i in in_scope]
+    answered_in = [i for i in in_scope if readings[i].confidence is not None]
+    confidences = [readings[i].confidence for i in answered_in]
+    correct = [readings[i].predicted == gold[i] for i in answered_in]
+    masses = [r.candidate_mass for r in readings if r.candidate_mass is not None]
+    summary: dict[str, Any] = {
+        "n": len(gold),
+        "n_in_scope": len(in_scope),
+        "accuracy": _number(metrics.accuracy(gold_in, predicted_in)),
+        "macro_f1": _number(metrics.macro_f1(gold_in, predicted_in)),
+        "valid_rate": sum(not r.error for r in readings) / len(readings) if readings else None,
+        "ece": _number(metrics.expected_calibration_error(confidences, correct)),  # type: ignore[arg-type]
+        "mean_candidate_mass": sum(masses) / len(masses) if masses else None,
+        "errors": sum(bool(r.error) for r in readings),
+        "reliability": [vars(b) for b in metrics.reliability_bins(confidences, correct)],  # type: ignore[arg-type]
+    }
+    if out_of_scope:
+        summary["n_out_of_scope"] = len(out_of_scope)
+    return summary
+
+
+def score_abstention(gold: Sequence[str], readings: Sequence[Reading], options: Sequence[str]) -> dict[str, Any]:
+    """Coverage and accuracy on covered in-scope rows, and how many out-of-scope rows abstained."""
+    offered = set(options)
+    in_scope = [i for i, g in enumerate(gold) if g in offered]
+    out_of_scope = [i for i, g in enumerate(gold) if g not in offered]
+    covered = [i for i in in_scope if not readings[i].abstained and readings[i].predicted is not None]
+    right_in = sum(readings[i].predicted == gold[i] for i in covered)
+    abstained_out = sum(readings[i].abstained for i in out_of_scope)
+    return {
+        "abstained_rows": sum(r.abstained for r in readings),
+        "coverage": len(covered) / len(in_scope) if in_scope else None,
+        "covered_accuracy": right_in / len(covered) if covered else None,
+        "oos_recall": abstained_out / len(out_of_scope) if out_of_scope else None,
+        # As in Larson et al. (2019): an in-scope row is right when answered correctly, an
+        # out-of-scope row when the field abstains.
+        "overall_accuracy": (right_in + abstained_out) / len(gold) if gold else None,
+        "overall_accuracy_without_abstention": (
+            sum(readings[i].predicted == gold[i] for i in in_scope) / len(gold) if gold else None
+        ),
+    }
+
+
+def score_baseline(gold: Sequence[str], records: Sequence[Any], field_name: str, options: Sequence[str],
+                   readings: Sequence[Reading]) -> dict[str, Any]:
+    """The same figures for unconstrained JSON generation, plus agreement with the engine's answers."""
+    offered = set(options)
+    in_scope = [i for i, g in enumerate(gold) if g in offered]
+    predicted = [label_of(r.values.get(field_name)) if r.valid and r.values else None for r in records]
+    agreements = []
+    for record, reading in zip(records, readings):
+        if record.valid and record.values and reading.answers:
+            shared = metrics.agreement(reading.answers, {k: label_of(v) for k, v in record.values.items()})
+            if shared is not None:
+                agreements.append(shared)
+    latencies = [r.latency_ms for r in records]
+    # Why answers were invalid (e.g. a repeated key, an unknown label): the commonest few reasons.
+    reasons = Counter(str(getattr(r, "reason", "") or "unknown")[:80] for r in records if not r.valid)
+    return {
+        "n": len(gold),
+        "n_in_scope": len(in_scope),
+        "accuracy": _number(metrics.accuracy([gold[i] for i in in_scope], [predicted[i] for i in in_scope])),
+        "macro_f1": _number(metrics.macro_f1([gold[i] for i in in_scope], [predicted[i] for i in in_scope])),
+        "valid_rate": sum(bool(r.valid) for r in records) / len(records) if records else None,
+        "ece": None,
+        "mean_candidate_mass": None,
+        "agreement_with_decisionflow": sum(agreements) / len(agreements) if agreements else None,
+        "mean_latency_ms": sum(latencies) / len(latencies) if latencies else None,
+        "invalid_reasons": dict(reasons.most_common(3)),
+    }
+
+
+def shuffled_rubric(rubric: Rubric, field_name: str, rng: random.Random) -> Rubric:
+    """The rubric with one choice field's options in a new random order (never the original one)."""
+    spec = rubric.field(field_name)
+    labels = list(spec.options or {})
+    if len(labels) < 2:
+        raise DecisionflowError(f"field {field_name!r} has no options to shuffle")
+    order = labels[:]
+    while order == labels:
+        rng.shuffle(order)
+    data = rubric.model_dump(mode="json")
+    data["fields"][field_name]["options"] = {label: spec.options[label] for label in order}  # type: ignore[index]
+    return Rubric.model_validate(data)
+
+
+def score_flips(original: Sequence[Reading], reordered: Sequence[Sequence[Reading]]) -> dict[str, Any]:
+    """How often the top label changes when only the order of the options changes."""
+    per_order = []
+    flipped_any = [False] * len(original)
+    for readings in reordered:
+        pairs = [(i, a, b) for i, (a, b) in enumerate(zip(original, readings))
+                 if a.predicted is not None and b.predicted is not None]
+        flips = [i for i, a, b in pairs if a.predicted != b.predicted]
+        for i in flips:
+            flipped_any[i] = True
+        per_order.append(len(flips) / len(pairs) if pairs else None)
+    rates = [r for r in per_order if r is not None]
+    return {
+        "orders": len(reordered),
+        "flip_rate": sum(rates) / len(rates) if rates else None,
+        "flip_rate_per_order": per_order,
+        "rows_flipped_in_any_order": sum(flipped_any) / len(original) if original else None,
+    }
+
+
+def with_thresholds(
+    base: Calibration | None, rubric: Rubric, field_name: str, *,
+    min_mass: float | None, min_probability: float | None,
+) -> Calibration | None:
+    """`base` with the evaluated field's abstention thresholds replaced where given."""
+    if base is None and min_mass is None and min_probability is None:
+        return None
+    fields = dict(base.fields) if base else {}
+    current = fields.get(field_name, FieldCalibration())
+    fields[field_name] = current.model_copy(update={
+        "min_candidate_mass": current.min_candidate_mass if min_mass is None else min_mass,
+        "min_probability": current.min_probability if min_probability is None else min_probability,
+    })
+    return Calibration(rubric=rubric.name, fields=fields)
+
+
+@dataclass
+class EvalRun:
+    """Everything one `decisionflow eval` measured, ready to write."""
+
+    summary: dict[str, Any]
+    rows: list[LabelledRow]
+    gold: list[str]
+    readings: list[Reading]
+
+
+def evaluate(
+    engine: Any, target: Any, rubric: Rubric, rows: Sequence[LabelledRow], field_name: str, *,
+    calibration: Calibration | None = None, shuffle_orders: int = 0, seed: int = 0,
+    baseline: bool = False, progress_for: Callable[[str], Progress] | None = None,
+) -> EvalRun:
+    """Run the engine (and optionally the baseline and option shuffles) on `rows` and score them."""
+    progress_for = progress_for or (lambda _label: None)  # type: ignore[assignment, return-value]
+    texts = [row.text for row in rows]
+    gold = [row.gold[field_name] for row in rows]
+    options = offered_labels(rubric.field(field_name))
+    began = time.perf_counter()
+    readings = read_rows(engine, target, texts, field_name, calibration=calibration, progress=progress_for("deciding"))
+    summary = score_readings(gold, readings, options)
+    summary["seconds"] = round(time.perf_counter() - began, 1)
+    settings = calibration.fields.get(field_name) if calibration else None
+    if summary.get("n_out_of_scope") or (settings and (settings.min_candidate_mass is not None or settings.min_probability is not None)):
+        summary["abstention"] = {
+            "min_candidate_mass": settings.min_candidate_mass if settings else None,
+            "min_probability": settings.min_probability if settings else None,
+            **score_abstention(gold, readings, options),
+        }
+    if shuffle_orders:
+        rng = random.Random(seed)
+        reordered = []
+        for k in range(shuffle_orders):
+            shuffled = shuffled_rubric(rubric, field_name, rng)
+            reordered.append(read_rows(engine, shuffled, texts, field_name, calibration=calibration,
+                                       progress=progress_for(f"order {k + 1}/{shuffle_orders}")))
+        summary["shuffle"] = score_flips(readings, reordered)
+        in_scope = [i for i, g in enumerate(gold) if g in set(options)]
+        summary["shuffle"]["accuracy_per_order"] = [
+            _number(metrics.accuracy([gold[i] for i in in_scope], [order[i].predicted for i in in_scope]))
+            for order in reordered
+        ]
+    if baseline:
+        from ..runtime.generation import json_generate
+
+        report = progress_for("JSON baseline")
+        records = []
+        began = time.perf_counter()
+        for done, text in enumerate(texts, start=1):
+            try:
+                records.append(json_generate(engine, target, text))
+            except DecisionflowError as error:  # e.g. an input too long: that row is invalid, not fatal
+                records.append(SimpleNamespace(valid=False, values=None, latency_ms=0.0, reason=str(error)))
+            if report:
+                report(done, len(texts))
+        summary["baseline"] = {
+            "method": "json_generate (greedy, unconstrained)",
+            **score_baseline(gold, records, field_name, options, readings),
+            "seconds": round(time.perf_counter() - began, 1),
+        }
+    return EvalRun(summary=summary, rows=list(rows), gold=gold, readings=readings)
+
+
+def write_outputs(run: EvalRun, directory: Path) -> list[Path]:
+    """eval.json, rows.jsonl, eval.md and (with matplotlib) reliability.png; returns the files written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    png = directory / "reliability.png"
+    if plot_reliability(run.summary["reliability"], png, title=_title(run.summary)):
+        written.append(png)
+    elif "matplotlib is not installed: no reliability.png" not in run.summary.get("notes", []):
+        run.summary.setdefault("notes", []).append("matplotlib is not installed: no reliability.png")
+    path = directory / "eval.json"
+    path.write_text(json.dumps(run.summary, indent=2) + "\n", encoding="utf-8")
+    written.append(path)
+    path = directory / "rows.jsonl"
+    with path.open("w", encoding="utf-8") as handle:
+        for row, gold, reading in zip(run.rows, run.gold, run.readings):
+            handle.write(json.dumps({
+                "row": row.index, "gold": gold, "predicted": reading.predicted,
+                "confidence": reading.confidence, "candidate_mass": reading.candidate_mass,
+                "abstained": reading.abstained, **({"error": reading.error} if reading.error else {}),
+            }) + "\n")
+    written.append(path)
+    path = directory / "eval.md"
+    path.write_text(markdown_report(run.summary, has_plot=png in written), encoding="utf-8")
+    written.append(path)
+    return written
+
+
+def plot_reliability(bins: list[dict[str, Any]], path: Path, *, title: str) -> bool:
+    """Draw a reliability diagram; False when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    figure, axis = plt.subplots(figsize=(4.5, 4.5))
+    filled = [b for b in bins if b["count"]]
+    axis.bar([b["lower"] for b in filled], [b["accuracy"] for b in filled], width=0.1, align="edge",
+             edgecolor="black", alpha=0.7, label="accuracy")
+    axis.plot([b["confidence"] for b in filled], [b["confidence"] for b in filled], "o", color="black",
+              markersize=3, label="mean confidence")
+    axis.plot([0, 1], [0, 1], "--", color="grey", linewidth=1)
+    axis.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence (probability of the top label)", ylabel="accuracy",
+             title=title)
+    axis.legend(loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return True
+
+
+def _title(summary: dict[str, Any]) -> str:
+    return f"{summary.get('rubric', '')} {summary.get('field', '')} (n={summary['n']})".strip()
+
+
+def markdown_report(summary: dict[str, Any], *, has_plot: bool) -> str:
+    """A short human-readable report of one eval run."""
+    lines = [f"# Evaluation: {summary.get('rubric', '?')}, field `{summary.get('field', '?')}`", ""]
+    if "data" in summary:
+        lines += [f"Data: `{summary['data']}` ({summary['n']} rows; {summary.get('selection', '')}). "
+                  f"Model: {summary.get('model', 'bundled')}.", ""]
+    methods = [("decisionflow", summary)] + ([("JSON baseline", summary["baseline"])] if "baseline" in summary else [])
+    lines += ["| method | n | accuracy | macro-F1 | valid rate | ECE | mean candidate mass |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, figures in methods:
+        lines.append(f"| {name} | {figures['n']} | {_fmt(figures['accuracy'])} | {_fmt(figures['macro_f1'])} | "
+                     f"{_fmt(figures['valid_rate'])} | {_fmt(figures['ece'])} | {_fmt(figures['mean_candidate_mass'])} |")
+    lines.append("")
+    if summary.get("n_out_of_scope"):
+        lines.append(f"Accuracy, macro-F1 and ECE are over the {summary['n_in_scope']} in-scope rows; "
+                     f"{summary['n_out_of_scope']} rows have a gold label the field does not offer.")
+    if "baseline" in summary:
+        lines.append(f"The baseline gives no probabilities (no ECE). Agreement with decisionflow's answers: "
+                     f"{_fmt(summary['baseline']['agreement_with_decisionflow'])} (over its valid rows).")
+        reasons = summary["baseline"].get("invalid_reasons") or {}
+        if reasons:
+            lines.append("Commonest reasons its answers were invalid: "
+                         + "; ".join(f"{reason} ({count})" for reason, count in reasons.items()) + ".")
+    if "abstention" in summary:
+        a = summary["abstention"]
+        lines += ["", "## Abstention", "",
+                  f"Thresholds: min candidate mass {a['min_candidate_mass']}, min probability {a['min_probability']}.",
+                  "", "| coverage (in scope) | accuracy on covered | out-of-scope recall | overall accuracy | overall, no abstention |",
+                  "| ---: | ---: | ---: | ---: | ---: |",
+                  f"| {_fmt(a['coverage'])} | {_fmt(a['covered_accuracy'])} | {_fmt(a['oos_recall'])} | "
+                  f"{_fmt(a['overall_accuracy'])} | {_fmt(a.get('overall_accuracy_without_abstention'))} |"]
+    if "shuffle" in summary:
+        s = summary["shuffle"]
+        lines += ["", "## Option order", "",
+                  f"Re-asked with the options in {s['orders']} shuffled order{'s' if s['orders'] != 1 else ''}: the top label changed on "
+                  f"{_fmt(s['flip_rate'])} of rows per order on average; {_fmt(s['rows_flipped_in_any_order'])} "
+                  "of rows changed in at least one order. Accuracy in each shuffled order: "
+                  + ", ".join(_fmt(a) for a in s.get("accuracy_per_order", [])) + "."]
+    if has_plot:
+        lines += ["", "![reliability diagram](reliability.png)"]
+    for note in summary.get("notes", []):
+        lines += ["", f"Note: {note}"]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _number(value: float) -> float | None:
+    """JSON has no NaN: an undefined figure (no rows) is null."""
+    return None if value is None or math.isnan(value) else value

@@ -1,0 +1,132 @@
+"""Labelled CSV data for `decisionflow eval` and `decisionflow calibrate`: loading, columns, sampling.
+
+A file is read with `csv.DictReader` (RFC 4180 quoting, so texts may hold commas and newlines). Each
+evaluated field reads its gold label from one column: the column given for it, else a column named
+after the field, else `label`.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import DataError
+from ..spec.rubric import FieldSpec, Rubric, Value
+from ..spec.rubric import label_of as spec_label_of
+
+DEFAULT_LABEL_COLUMN = "label"
+
+
+@dataclass(frozen=True)
+class LabelledRow:
+    index: int
+    """0-based data row in the file (the header not counted)."""
+    text: str
+    gold: dict[str, str]
+    """Field name -> gold label, as written in the file."""
+
+
+def resolve_fields(rubric: Rubric, fields: Sequence[str] | None) -> list[str]:
+    """The fields to evaluate: those named, or the rubric's first field."""
+    if not fields:
+        return [next(iter(rubric.fields))]
+    unknown = [name for name in fields if name not in rubric.fields]
+    if unknown:
+        raise DataError(f"rubric {rubric.name!r} has no field {unknown[0]!r} (fields: {', '.join(rubric.fields)})")
+    return list(dict.fromkeys(fields))
+
+
+def label_columns(fields: Sequence[str], header: Sequence[str], given: Sequence[str] | None) -> dict[str, str]:
+    """Field -> gold column. `given` holds one column (one field) or one per field, in field order."""
+    if given:
+        if len(given) == 1 and len(fields) == 1:
+            return {fields[0]: given[0]}
+        if len(given) != len(fields):
+            raise DataError(f"give one --label-column per --field ({len(fields)} fields, {len(given)} columns)")
+        return dict(zip(fields, given))
+    columns = {}
+    for name in fields:
+        if name in header:
+            columns[name] = name
+        elif DEFAULT_LABEL_COLUMN in header and DEFAULT_LABEL_COLUMN not in columns.values():
+            columns[name] = DEFAULT_LABEL_COLUMN
+        else:
+            raise DataError(f"no gold column for field {name!r}: name it with --label-column")
+    return columns
+
+
+def load_labelled(
+    path: str | Path, *, text_column: str, columns: dict[str, str] | None = None,
+    fields: Sequence[str] = (), given_columns: Sequence[str] | None = None,
+) -> tuple[list[LabelledRow], dict[str, str]]:
+    """Every row of a labelled CSV and the field -> column mapping used.
+
+    Pass `columns` to fix the mapping, or `fields` (and optionally `given_columns`) to derive it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"data file not found: {path}")
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            reader = csv.DictReader(handle)
+            header = list(reader.fieldnames or [])
+            if not header:
+                raise DataError(f"{path}: empty file, expected a CSV header row")
+            if columns is None:
+                columns = label_columns(fields, header, given_columns)
+            for column in [text_column, *columns.values()]:
+                if column not in header:
+                    raise DataError(f"{path}: no column {column!r} (columns: {', '.join(header)})")
+            rows = []
+            for index, record in enumerate(reader):
+                text = record.get(text_column)
+                if text is None:
+                    raise DataError(f"{path}: data row {index + 1} has fewer cells than the header")
+                gold = {name: (record.get(column) or "").strip() for name, column in columns.items()}
+                rows.append(LabelledRow(index=index, text=text, gold=gold))
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text ({error.reason})") from None
+    except csv.Error as error:
+        raise DataError(f"{path}: not a readable CSV file ({error})") from None
+    if not rows:
+        raise DataError(f"{path}: no data rows")
+    return rows, columns
+
+
+def parse_slice(text: str | None) -> slice | None:
+    """`START:STOP` (0-based data rows, STOP excluded; either may be empty) -> a slice."""
+    if text is None:
+        return None
+    start, colon, stop = text.partition(":")
+    try:
+        if not colon:
+            raise ValueError
+        return slice(int(start) if start.strip() else None, int(stop) if stop.strip() else None)
+    except ValueError:
+        raise DataError(f"--rows expects START:STOP, e.g. 0:400, got {text!r}") from None
+
+
+def select_rows(
+    rows: Sequence[LabelledRow], *, rows_slice: slice | None = None, limit: int | None = None, seed: int = 0
+) -> list[LabelledRow]:
+    """The rows to use: a slice of the file, then a reproducible sample of `limit` rows in file order."""
+    chosen = list(rows[rows_slice] if rows_slice is not None else rows)
+    if not chosen:
+        raise DataError("no rows selected (check --rows)")
+    if limit is not None and limit < len(chosen):
+        picked = set(random.Random(seed).sample(range(len(chosen)), limit))
+        chosen = [row for position, row in enumerate(chosen) if position in picked]
+    return chosen
+
+
+def label_of(value: Value | None) -> str | None:
+    """An answer as the label a CSV would hold (None stays None)."""
+    return None if value is None else spec_label_of(value)
+
+
+def offered_labels(spec: FieldSpec) -> list[str]:
+    """The labels a field can answer; gold labels outside them are out of scope."""
+    return list(spec.labels)

@@ -1,0 +1,122 @@
+"""Fitting a rubric's calibration file from labelled data (`decisionflow calibrate`).
+
+Per field: the temperature that minimises the negative log-likelihood of the gold labels, and
+optionally abstention thresholds (given, or a minimum candidate mass fitted on rows whose gold
+label the field does not offer). The engine is run without any calibration, so the fit starts
+from the model's own distributions. Temperature scaling keeps every row's winning label; the fit
+checks that on every row and fails loudly if it ever did not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from . import metrics
+from ..runtime.calibration import Calibration, FieldCalibration, temperature_scale
+from .evaluate import Progress, Reading, read_all_fields
+from .labelled import LabelledRow, offered_labels
+from ..spec.rubric import Rubric
+
+
+@dataclass(frozen=True)
+class FieldFit:
+    field: str
+    rows: int
+    """Rows whose gold label the field offers (the temperature is fitted on these)."""
+    settings: FieldCalibration
+    ece_before: float | None
+    ece_after: float | None
+    nll_before: float | None
+    nll_after: float | None
+    accuracy: float | None
+    winners_unchanged: int
+    """Rows whose top label was checked to be the same after scaling (all of them)."""
+    fitted_mass_accuracy: float | None = None
+    """With a fitted mass threshold: accuracy counting out-of-scope rows right when they abstain."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**vars(self), "settings": self.settings.model_dump()}
+
+
+def fit_calibration(
+    engine: Any, target: Any, rubric: Rubric, rows: Sequence[LabelledRow], fields: Sequence[str], *,
+    min_mass: float | None = None, min_probability: float | None = None, fit_min_mass: bool = False,
+    base: Calibration | None = None, progress: Progress | None = None,
+) -> tuple[Calibration, list[FieldFit]]:
+    """The calibration fitted on `rows` (other fields of `base` kept) and what each field's fit measured."""
+    texts = [row.text for row in rows]
+    fits = []
+    settings = dict(base.fields) if base and base.rubric == rubric.name else {}
+    # One pass over the data answers every field; the rest are read from the same decisions.
+    readings_by_field = _read_fields(engine, target, texts, fields, progress)
+    for name in fields:
+        fit = fit_field(
+            name, [row.gold[name] for row in rows], readings_by_field[name], offered_labels(rubric.field(name)),
+            min_mass=min_mass, min_probability=min_probability, fit_min_mass=fit_min_mass,
+        )
+        settings[name] = fit.settings
+        fits.append(fit)
+    return Calibration(rubric=rubric.name, fields=settings), fits
+
+
+def _read_fields(
+    engine: Any, target: Any, texts: list[str], fields: Sequence[str], progress: Progress | None
+) -> dict[str, list[Reading]]:
+    rows = read_all_fields(engine, target, texts, progress=progress)
+    return {name: [row[name] for row in rows] for name in fields}
+
+
+def fit_field(
+    name: str, gold: Sequence[str], readings: Sequence[Reading], options: Sequence[str], *,
+    min_mass: float | None, min_probability: float | None, fit_min_mass: bool,
+) -> FieldFit:
+    offered = set(options)
+    usable = [i for i, g in enumerate(gold) if g in offered and readings[i].probabilities]
+    distributions = [readings[i].probabilities for i in usable]
+    gold_in = [gold[i] for i in usable]
+    temperature = metrics.fit_temperature(distributions, gold_in)
+    scaled = [_scaled(d, temperature) for d in distributions]
+    unchanged = sum(metrics.top_label(a) == metrics.top_label(b) for a, b in zip(distributions, scaled))
+    if unchanged != len(distributions):
+        raise AssertionError(f"temperature scaling changed the winning label of {name!r} on "
+                             f"{len(distributions) - unchanged} rows")
+    mass_accuracy = None
+    if fit_min_mass:
+        answered = [i for i, r in enumerate(readings) if r.candidate_mass is not None]
+        outcomes: list[bool | None] = [
+            (readings[i].predicted == gold[i]) if gold[i] in offered else None for i in answered
+        ]
+        min_mass, mass_accuracy = metrics.best_abstention_threshold(
+            [readings[i].candidate_mass for i in answered], outcomes  # type: ignore[misc]
+        )
+    return FieldFit(
+        field=name,
+        rows=len(usable),
+        settings=FieldCalibration(
+            temperature=temperature, min_candidate_mass=min_mass, min_probability=min_probability, labels=tuple(options)
+        ),
+        ece_before=_ece(distributions, gold_in),
+        ece_after=_ece(scaled, gold_in),
+        nll_before=_finite(metrics.negative_log_likelihood(distributions, gold_in)),
+        nll_after=_finite(metrics.negative_log_likelihood(distributions, gold_in, temperature)),
+        accuracy=_finite(metrics.accuracy(gold_in, [metrics.top_label(d) for d in distributions])),
+        winners_unchanged=unchanged,
+        fitted_mass_accuracy=mass_accuracy,
+    )
+
+
+def _scaled(distribution: dict[str, float], temperature: float) -> dict[str, float]:
+    labels = list(distribution)
+    return dict(zip(labels, temperature_scale(tuple(distribution[k] for k in labels), temperature)))
+
+
+def _ece(distributions: Sequence[dict[str, float]], gold: Sequence[str]) -> float | None:
+    tops = [metrics.top_label(d) for d in distributions]
+    confidences = [d[t] for d, t in zip(distributions, tops)]  # type: ignore[index]
+    return _finite(metrics.expected_calibration_error(confidences, [t == g for t, g in zip(tops, gold)]))
+
+
+def _finite(value: float) -> float | None:
+    return None if value != value else value  # NaN (no rows) -> None
+

@@ -1,0 +1,194 @@
+"""The model backend: packed passes of many short branches over one shared, never-copied prefix.
+
+A pass packs many short branches (a request's new text, each field's row) into one sequence after
+the rubric's cached head. Each token sees the whole head, its own request's context and its own
+ancestors among the packed tokens (a tree described by parent pointers); its position id continues
+from where its parent ends. The head's keys and values are computed once and read by every pass
+through branch attention; logits are projected only at the requested read positions.
+
+One pass runs as four named phases: `lay_out` (positions and the tree's visibility), `gather_contexts`
+(the requests' earlier tokens), the decoder stack (`forward.run_layers`), and `keep_tokens` (the
+tokens a request keeps join its context).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from ..compiler.tree import tree_chains, tree_depths
+from .branch_attention import branch_attention
+from .forward import KV, DecoderParts, causal_attend, logprobs_at, run_layers
+
+
+@dataclass
+class RequestContext:
+    """Tokens a request has added after the head so far (its input, then written answers)."""
+
+    kv: KV | None = None
+    length: int = 0
+
+    def extend(self, new: KV) -> None:
+        if self.kv is None:
+            self.kv = new
+        else:
+            self.kv = [(torch.cat([k, nk], dim=-2), torch.cat([v, nv], dim=-2)) for (k, v), (nk, nv) in zip(self.kv, new)]
+        self.length += new[0][0].shape[-2]
+
+
+@dataclass(frozen=True)
+class HeadCache:
+    kv: KV
+    length: int
+
+
+@dataclass
+class PackedPass:
+    """Tokens of one forward pass. A parent of -1 attaches a token to the end of its request's context."""
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    requests: list[int] = field(default_factory=list)
+    keep: list[bool] = field(default_factory=list)
+    """Whether a token's keys and values join its request's context after the pass."""
+    _shared: dict[tuple[int, int, int], int] = field(default_factory=dict, repr=False)
+
+    def add(self, token: int, *, parent: int, request: int, keep: bool = False, share: bool = False) -> int:
+        """Append a token and return its index. With `share`, a token already added under the same
+        parent is reused: same token, same context, so the same keys, values and logits (rows of
+        different fields all start with the same indentation and quote)."""
+        key = (request, parent, token)
+        if share and key in self._shared:
+            return self._shared[key]
+        if share:
+            self._shared[key] = len(self.tokens)
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.requests.append(request)
+        self.keep.append(keep)
+        return len(self.tokens) - 1
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def tree_visibility(
+    parents: Sequence[int], roots_see: Sequence[tuple[int, int]] | None = None, width: int = 0
+) -> torch.Tensor:
+    """[n, width + n] bool: may token i attend to key j of [earlier keys (width), the n tokens]?
+
+    A token sees itself, its ancestors and, through its tree's root, the earlier keys `roots_see[i]`
+    (a `[start, stop)` span) of the root token i it descends from. Built one chain at a time.
+    """
+    n = len(parents)
+    visible = torch.zeros(n, width + n, dtype=torch.bool)
+    for start, end, parent in tree_chains(parents):
+        if parent >= 0:
+            visible[start:end] = visible[parent]
+        elif roots_see is not None:
+            low, high = roots_see[start]
+            visible[start:end, low:high] = True
+        visible[start:end, width + start : width + end] |= torch.ones(end - start, end - start, dtype=torch.bool).tril_()
+    return visible
+
+
+@dataclass(frozen=True)
+class PassLayout:
+    positions: list[int]
+    visible: torch.Tensor
+    """[n, contexts + n] bool; the head is seen by every token and is not in it."""
+
+
+class TransformersBackend:
+    """Runs packed passes on a transformers causal LM (Llama, Qwen2, Qwen3 families).
+
+    The model is only read: its modules are called, never replaced or reconfigured.
+    """
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.parts = DecoderParts.of(model)
+        self.config = model.config
+        first = next(model.parameters())
+        self.device, self.dtype = first.device, first.dtype
+        self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+
+    @torch.inference_mode()
+    def prefill_head(self, tokens: list[int]) -> HeadCache:
+        ids = torch.tensor(tokens, device=self.device)
+        positions = torch.arange(len(tokens), device=self.device)
+        _, kv = run_layers(self.parts, ids, positions, lambda _layer, q, k, v, scale: causal_attend(q, k, v, scale))
+        return HeadCache(kv=kv, length=len(tokens))
+
+    @torch.inference_mode()
+    def forward_plain(self, tokens: list[int]) -> torch.Tensor:
+        """The model's own forward over `tokens`, last position's log-probs: the independent reference
+        every packed pass is checked against."""
+        ids = torch.tensor([tokens], device=self.device)
+        out = self.model(input_ids=ids, logits_to_keep=1)
+        return torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+
+    @torch.inference_mode()
+    def run_pass(
+        self,
+        head: HeadCache,
+        contexts: list[RequestContext],
+        packed: PackedPass,
+        read_positions: list[int],
+    ) -> torch.Tensor:
+        """Run one packed pass; extend each request's context with its kept tokens.
+
+        Returns log-probs over the vocabulary at `read_positions`: [len(read_positions), vocab].
+        """
+        layout = self.lay_out(head, contexts, packed)
+        context_kv = self.gather_contexts(contexts)
+        mask = torch.zeros(layout.visible.shape, dtype=self.dtype)
+        mask = mask.masked_fill_(~layout.visible, torch.finfo(self.dtype).min)[None, None].to(self.device)
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+            if context_kv is not None:
+                k = torch.cat([context_kv[layer][0], k], dim=-2)
+                v = torch.cat([context_kv[layer][1], v], dim=-2)
+            prefix_key, prefix_value = head.kv[layer]
+            return branch_attention(q, k, v, mask, prefix_key, prefix_value, scale)
+
+        ids = torch.tensor(packed.tokens, device=self.device)
+        positions = torch.tensor(layout.positions, device=self.device)
+        hidden, new_kv = run_layers(self.parts, ids, positions, attend)
+        logprobs = logprobs_at(self.parts, hidden, read_positions)
+        self.keep_tokens(contexts, packed, new_kv)
+        return logprobs
+
+    @staticmethod
+    def lay_out(head: HeadCache, contexts: list[RequestContext], packed: PackedPass) -> PassLayout:
+        """Position ids and the tree's visibility for a pass: roots hang off their request's context."""
+        offsets = [0]
+        for context in contexts:
+            offsets.append(offsets[-1] + context.length)
+        roots_see = [(offsets[r], offsets[r + 1]) for r in packed.requests]
+        visible = tree_visibility(packed.parents, roots_see, offsets[-1])
+        depths = tree_depths(packed.parents)
+        positions = [head.length + contexts[r].length + d for r, d in zip(packed.requests, depths)]
+        return PassLayout(positions, visible)
+
+    @staticmethod
+    def gather_contexts(contexts: list[RequestContext]) -> KV | None:
+        """Every request's earlier keys and values, side by side in request order (None if none yet)."""
+        with_context = [c.kv for c in contexts if c.kv is not None]
+        if not with_context:
+            return None
+        layers = len(with_context[0])
+        return [
+            (torch.cat([kv[i][0] for kv in with_context], dim=-2), torch.cat([kv[i][1] for kv in with_context], dim=-2))
+            for i in range(layers)
+        ]
+
+    def keep_tokens(self, contexts: list[RequestContext], packed: PackedPass, new_kv: KV) -> None:
+        """Append each request's kept tokens (its input, written answers) to its context."""
+        for request, context in enumerate(contexts):
+            kept = [i for i in range(len(packed)) if packed.keep[i] and packed.requests[i] == request]
+            if kept:
+                index = torch.tensor(kept, device=self.device)
+                context.extend([(k.index_select(-2, index), v.index_select(-2, index)) for k, v in new_kv])

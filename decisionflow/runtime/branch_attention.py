@@ -1,0 +1,63 @@
+"""Branch attention: many short packed branches attend to one shared prefix that is never copied.
+
+Every query of a packed pass sees the whole shared prefix (the rubric's head) and, through a tree
+mask, only its own request's context and ancestors among the packed tokens. Attention over a union
+of key sets splits exactly into one attention per set, merged by their log-sum-exps:
+
+    out = (e^{l1} o1 + e^{l2} o2) / (e^{l1} + e^{l2})
+
+so the prefix part runs unmasked (and, with grouped-query attention, with the query heads of one
+key/value head folded into the query axis instead of repeating the keys), and only the short local
+part needs the mask. The prefix keys and values stay where the head's prefill left them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# torch's CPU flash attention returns the log-sum-exp the merge needs; it is a private op, so its
+# presence is checked once and the plain path below stands in where it is missing.
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float):
+    """Attention with its log-sum-exp. query [1, Hkv, Q, D]; key/value [1, Hkv, K, D]; mask [1, 1, Q, K] additive."""
+    if query.device.type == "cpu" and _CPU_FLASH is not None:
+        out, lse = _CPU_FLASH(query, key, value, 0.0, False, attn_mask=mask, scale=scale)
+        return out, lse.float()
+    return attend_reference(query, key, value, mask, scale)
+
+
+def attend_reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float):
+    """The same in plain fp32 matmuls: the reference any fused path is checked against."""
+    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask.float()
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.matmul(torch.softmax(scores, dim=-1), value.float()).to(query.dtype)
+    return out, lse
+
+
+def branch_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor,
+    prefix_key: torch.Tensor,
+    prefix_value: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """query [1, Hq, N, D]; key/value [1, Hkv, L, D] (contexts + packed tokens); mask [1, 1, N, L]
+    additive; prefix_key/value [1, Hkv, P, D] seen by every query. Returns [1, Hq, N, D]."""
+    _, heads, n, dim = query.shape
+    kv_heads = key.shape[1]
+    groups = heads // kv_heads
+    folded = query.reshape(1, kv_heads, groups * n, dim)
+    local_mask = mask.expand(1, 1, n, mask.shape[-1]).repeat(1, 1, groups, 1) if groups > 1 else mask
+    out_prefix, lse_prefix = _attend(folded, prefix_key, prefix_value, None, scale)
+    out_local, lse_local = _attend(folded, key, value, local_mask.to(query.dtype), scale)
+    top = torch.maximum(lse_prefix, lse_local)
+    w_prefix = torch.exp(lse_prefix - top).unsqueeze(-1)
+    w_local = torch.exp(lse_local - top).unsqueeze(-1)
+    out = (out_prefix.float() * w_prefix + out_local.float() * w_local) / (w_prefix + w_local)
+    return out.to(query.dtype).reshape(1, heads, n, dim)

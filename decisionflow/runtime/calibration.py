@@ -1,0 +1,95 @@
+"""Per-field calibration and abstention, applied to a field's distribution after the readout.
+
+The model's probabilities are its belief renormalised over the allowed answers, not calibrated
+frequencies. A per-field temperature fitted on labelled data (`decisionflow calibrate`) rescales
+them without ever changing the winning answer; a minimum candidate mass and/or minimum probability
+makes the field abstain (come back as `None`, marked abstained) instead of guessing.
+
+A rubric's calibration lives in a small JSON file beside it: `triage.yaml` -> `triage.calibration.json`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import CalibrationError
+from ..spec.rubric import Rubric
+
+
+class FieldCalibration(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(default=1.0, gt=0)
+    min_candidate_mass: float | None = Field(default=None, ge=0, le=1)
+    min_probability: float | None = Field(default=None, ge=0, le=1)
+    labels: tuple[str, ...] | None = None
+    """The field's labels when it was fitted; a rubric whose field offers other labels is refused."""
+
+
+class Calibration(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rubric: str
+    fields: dict[str, FieldCalibration] = {}
+
+    @staticmethod
+    def path_for(rubric_path: str | Path) -> Path:
+        path = Path(rubric_path)
+        return path.with_name(path.stem + ".calibration.json")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Calibration:
+        try:
+            return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as error:
+            raise CalibrationError(f"{path}: cannot read the calibration file: {error}") from None
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            where = ".".join(map(str, first["loc"])) or "file"
+            raise CalibrationError(f"{path}: not a calibration file ({where}: {first['msg']})") from None
+
+    def check(self, rubric: Rubric) -> None:
+        """Refuse to apply this calibration to a rubric it was not fitted for (name, fields, labels)."""
+        if self.rubric != rubric.name:
+            raise CalibrationError(f"the calibration is for rubric {self.rubric!r}, not {rubric.name!r}")
+        for name, settings in self.fields.items():
+            spec = rubric.fields.get(name)
+            if spec is None:
+                raise CalibrationError(
+                    f"the calibration has settings for field {name!r}, which rubric {rubric.name!r} does not have "
+                    f"(fields: {', '.join(rubric.fields)})"
+                )
+            if settings.labels is not None and set(settings.labels) != set(spec.labels):
+                raise CalibrationError(
+                    f"the calibration of field {name!r} was fitted for labels {', '.join(settings.labels)}; "
+                    f"the rubric's field offers {', '.join(spec.labels)}"
+                )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+
+    def apply(self, field: str, probabilities: tuple[float, ...], candidate_mass: float) -> tuple[tuple[float, ...], bool]:
+        """The field's calibrated distribution and whether it abstains."""
+        settings = self.fields.get(field)
+        if settings is None:
+            return probabilities, False
+        scaled = temperature_scale(probabilities, settings.temperature)
+        abstain = (
+            settings.min_candidate_mass is not None and candidate_mass < settings.min_candidate_mass
+        ) or (settings.min_probability is not None and max(scaled) < settings.min_probability)
+        return scaled, abstain
+
+
+def temperature_scale(probabilities: tuple[float, ...], temperature: float) -> tuple[float, ...]:
+    """p_i^(1/T), renormalised: the order of the answers (and so the winner) never changes."""
+    if temperature == 1.0:
+        return probabilities
+    logs = [math.log(max(p, 1e-300)) / temperature for p in probabilities]
+    top = max(logs)
+    weights = [math.exp(x - top) for x in logs]
+    total = sum(weights)
+    return tuple(w / total for w in weights)
+

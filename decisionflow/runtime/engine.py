@@ -1,0 +1,296 @@
+"""The engine: declarations in, typed decisions out, without generating a token.
+
+    engine = Engine.load()                      # bundled SmolLM2-135M-Instruct on the CPU
+    result = engine.decide(Triage, "I was charged twice. Please refund the duplicate charge.")
+    result.value                                # Triage(department='billing', ...)
+    result.fields["department"].probabilities   # {'billing': 0.93, ...}
+
+A rubric is compiled once per engine (prompt, layout probe, tries) and its head's KV cache is
+computed once and reused by every later request. Prepared rubrics are kept in a bounded LRU cache
+(by count and by the bytes their head caches hold); two threads asking for the same new rubric
+prepare it once.
+
+`Engine(loaded)` only reads the model it is given: it calls the model's modules in its own forward
+pass and never changes the model's configuration, attention implementation or weights.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from ..compiler import CompiledRubric, ReadMode, TokenizerView, compile_rubric
+from ..errors import DecisionflowError, ResultError
+from ..spec.declare import rubric_of, typed_model
+from ..spec.plan import Plan, make_plan
+from ..spec.rubric import Rubric
+from .backend import HeadCache, TransformersBackend
+from .calibration import Calibration
+from .executor import RequestState, check_fits, execute
+from .loading import LoadedModel, Status, load_model
+from .result import Decision, Stats
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    mode: ReadMode = ReadMode.BRANCH
+    pin_first: bool | None = None
+    """None: follow each rubric's own setting."""
+    max_batch_tokens: int = 4096
+    """decide_many packs requests into one pass until their new tokens reach this budget."""
+    max_prepared: int = 32
+    """Prepared rubrics (compiled rows and head cache) kept; the least recently used go first."""
+    max_head_bytes: int = 2 << 30
+    """Bytes of head KV caches kept across prepared rubrics (the one in use is always kept)."""
+
+
+@dataclass
+class _Prepared:
+    compiled: CompiledRubric
+    plan: Plan
+    head: HeadCache | None = None
+    head_ms: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def head_bytes(self) -> int:
+        if self.head is None:
+            return 0
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.head.kv)
+
+
+class Engine:
+    def __init__(self, loaded: LoadedModel, *, options: EngineOptions | None = None):
+        self.loaded = loaded
+        self.backend = TransformersBackend(loaded.model)
+        self.options = options or EngineOptions()
+        self.view = TokenizerView(loaded.tokenizer)
+        self._prepared: OrderedDict[tuple[str, str, bool | None], _Prepared] = OrderedDict()
+        self._prepared_lock = threading.Lock()
+
+    @classmethod
+    def load(
+        cls,
+        model: str | None = None,
+        *,
+        dtype: str = "float32",
+        threads: int | None = None,
+        status: Status | None = None,
+        mode: ReadMode | str = ReadMode.BRANCH,
+        pin_first: bool | None = None,
+    ) -> Engine:
+        """Load `model` (default: the bundled SmolLM2-135M-Instruct): a folder, a .gguf file or a hub id."""
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        loaded = load_model(model, dtype=dtype, status=status or (lambda _: None))
+        return cls(loaded, options=EngineOptions(mode=ReadMode(mode), pin_first=pin_first))
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.loaded.tokenizer
+
+    def compile(self, target: Any) -> tuple[CompiledRubric, Plan]:
+        """The compiled rubric and plan for a decorated class or a Rubric (cached)."""
+        prepared = self._prepare(rubric_of(target))
+        return prepared.compiled, prepared.plan
+
+    def decide(self, target: Any, payload: Any, *, calibration: Calibration | None = None) -> Decision:
+        """Decide every field of `target` (a decorated class or a Rubric) for one input."""
+        return self.decide_many(target, [payload], calibration=calibration)[0]
+
+    def decide_many(
+        self,
+        target: Any,
+        payloads: Iterable[Any],
+        *,
+        progress: Progress | None = None,
+        calibration: Calibration | None = None,
+    ) -> list[Decision]:
+        """Decide many inputs of one rubric, several packed into each forward pass.
+
+        Every input is checked before any pass runs: the first bad one raises its error, with
+        `error.input_index` (and the message) naming it. `calibration` rescales each field's
+        distribution and makes fields abstain below its thresholds.
+        """
+        payloads = list(payloads)
+        outcomes = self._decide(target, payloads, progress=progress, calibration=calibration, fail_fast=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return outcomes  # type: ignore[return-value]
+
+    def decide_each(
+        self,
+        target: Any,
+        payloads: Iterable[Any],
+        *,
+        progress: Progress | None = None,
+        calibration: Calibration | None = None,
+    ) -> list[Decision | DecisionflowError]:
+        """Like `decide_many`, but a bad input does not stop the others: per input, its decision or its error.
+
+        An input that cannot be decided (empty, too long, refused by the class's own validators)
+        comes back as the `DecisionflowError` saying why, with `input_index` set; the other inputs
+        are still packed together. Errors that concern the whole rubric (it cannot be compiled, a
+        calibration that does not fit it) are raised.
+        """
+        return self._decide(target, list(payloads), progress=progress, calibration=calibration, fail_fast=False)
+
+    # -- phases -------------------------------------------------------------------------------
+
+    def _decide(
+        self, target: Any, payloads: list[Any], *, progress: Progress | None,
+        calibration: Calibration | None, fail_fast: bool,
+    ) -> list[Decision | DecisionflowError]:
+        rubric = rubric_of(target)
+        if calibration is not None:
+            calibration.check(rubric)
+        model_cls = typed_model(target)
+        prepared = self._prepare(rubric)
+        outcomes: list[Decision | DecisionflowError | None] = [None] * len(payloads)
+        tokens = self._admit(prepared.compiled, payloads, outcomes, fail_fast=fail_fast)
+        admitted = [i for i, t in enumerate(tokens) if t is not None]
+        head_hit = self._ensure_head(prepared) if admitted else True
+        done = len(payloads) - len(admitted)
+        for batch in self._batches(prepared.compiled, [tokens[i] for i in admitted]):  # type: ignore[misc]
+            indexes = [admitted[b] for b in batch]
+            began = time.perf_counter()
+            states = [RequestState(input_tokens=tokens[i]) for i in indexes]  # type: ignore[arg-type]
+            pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states, calibration)  # type: ignore[arg-type]
+            total_ms = (time.perf_counter() - began) * 1000
+            for index, state in zip(indexes, states):
+                stats = Stats(
+                    forward_passes=state.passes,
+                    tokens_prefilled=state.tokens_fed,
+                    input_tokens=len(state.input_tokens),
+                    head_tokens=len(prepared.compiled.head_tokens),
+                    head_cache_hit=head_hit,
+                    batch_size=len(indexes),
+                    timings_ms={
+                        "total": total_ms,
+                        "passes": pass_ms,
+                        **({} if head_hit else {"head_prefill": prepared.head_ms}),
+                    },
+                )
+                outcomes[index] = self._typed_decision(
+                    rubric, model_cls, state, stats, index if len(payloads) > 1 else None
+                )
+                head_hit = True
+            done += len(indexes)
+            if progress:
+                progress(done, len(payloads))
+        if fail_fast:
+            failed = next((o for o in outcomes if isinstance(o, DecisionflowError)), None)
+            if failed is not None:
+                raise failed
+        return outcomes  # type: ignore[return-value]
+
+    def _admit(
+        self, compiled: CompiledRubric, payloads: list[Any], outcomes: list[Any], *, fail_fast: bool
+    ) -> list[list[int] | None]:
+        """Tokenise and check every input before any pass: a bad one costs nothing and is named."""
+        tokens: list[list[int] | None] = []
+        for index, payload in enumerate(payloads):
+            try:
+                request = compiled.request_tokens(payload)
+                check_fits(compiled, request, self.backend.max_positions)
+            except DecisionflowError as error:
+                if len(payloads) > 1:
+                    error.input_index = index
+                if fail_fast:
+                    raise
+                outcomes[index] = error
+                tokens.append(None)
+                continue
+            except Exception as error:
+                if len(payloads) > 1:
+                    error.add_note(f"while reading input {index}")
+                raise
+            tokens.append(request)
+        return tokens
+
+    @staticmethod
+    def _typed_decision(
+        rubric: Rubric, model_cls: Any, state: RequestState, stats: Stats, index: int | None
+    ) -> Decision | DecisionflowError:
+        ordered = {name: state.results[name] for name in rubric.fields}
+        answers = {name: state.answers[name] for name in rubric.fields}
+        try:
+            if any(f.abstained for f in ordered.values()):
+                # An abstained field is None even where the class requires a value: no guess is made up.
+                value = model_cls.model_construct(**answers)
+            else:
+                value = model_cls.model_validate(answers)
+        except Exception as error:  # noqa: BLE001 - a user's validator may raise anything
+            refused = ResultError(
+                f"{model_cls.__name__} refused the decided answers {answers}: {type(error).__name__}: "
+                + str(error).replace("\n", "; ")
+            )
+            refused.input_index = index
+            return refused
+        return Decision(rubric=rubric.name, value=value, fields=ordered, stats=stats)
+
+    def _prepare(self, rubric: Rubric) -> _Prepared:
+        key = (rubric.key, self.options.mode.value, self.options.pin_first)
+        with self._prepared_lock:
+            prepared = self._prepared.get(key)
+            if prepared is not None:
+                self._prepared.move_to_end(key)
+                return prepared
+        compiled = compile_rubric(self.tokenizer, rubric, mode=self.options.mode, view=self.view)
+        plan = make_plan(rubric, pin_first=self.options.pin_first)
+        with self._prepared_lock:
+            # Another thread may have prepared the same rubric meanwhile: keep the first one.
+            prepared = self._prepared.setdefault(key, _Prepared(compiled, plan))
+            self._prepared.move_to_end(key)
+            self._evict(keep=key)
+        return prepared
+
+    def _ensure_head(self, prepared: _Prepared) -> bool:
+        """Compute the rubric's head cache once (other threads wait for it); True when it was cached."""
+        if prepared.head is not None:
+            return True
+        with prepared.lock:
+            if prepared.head is not None:
+                return True
+            began = time.perf_counter()
+            prepared.head = self.backend.prefill_head(list(prepared.compiled.head_tokens))
+            prepared.head_ms = (time.perf_counter() - began) * 1000
+        with self._prepared_lock:
+            self._evict(keep=next((k for k, p in self._prepared.items() if p is prepared), None))
+        return False
+
+    def _evict(self, *, keep: Any) -> None:
+        """Drop least recently used rubrics beyond the count and head-byte budgets (caller holds the lock)."""
+        def over() -> bool:
+            heads = sum(p.head_bytes for p in self._prepared.values())
+            return len(self._prepared) > self.options.max_prepared or heads > self.options.max_head_bytes
+
+        for key in list(self._prepared):
+            if not over():
+                break
+            if key != keep:
+                del self._prepared[key]
+
+    def _batches(self, compiled: CompiledRubric, all_tokens: Sequence[list[int]]) -> list[list[int]]:
+        rows = sum(f.row_length + max(map(len, f.answer_lines)) for f in compiled.fields.values())
+        batches: list[list[int]] = []
+        current: list[int] = []
+        used = 0
+        for index, tokens in enumerate(all_tokens):
+            cost = len(tokens) + rows
+            if current and used + cost > self.options.max_batch_tokens:
+                batches.append(current)
+                current, used = [], 0
+            current.append(index)
+            used += cost
+        if current:
+            batches.append(current)
+        return batches

@@ -1,0 +1,119 @@
+"""The decoder forward pass, run by the engine over the model's own modules.
+
+The engine does not hand its packed passes to the model's `forward`: it walks the layers itself —
+embedding, norms, projections, rotary embedding, MLP and LM head are the model's own modules, called
+as they are — and does attention itself. That keeps every effect on the engine's side: no attention
+function is registered with transformers, the model's configuration is never switched, and a model
+passed to `Engine(model)` stays usable exactly as before by whoever else holds it. It also leaves
+room for faster parts (fused norms, kernels) behind the same seams.
+
+Shapes: one sequence at a time, `n` tokens; hidden states [1, n, hidden]; per layer queries
+[1, heads, n, head_dim], keys and values [1, kv_heads, n, head_dim].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]
+"""Per layer (keys, values), each [1, kv_heads, tokens, head_dim]."""
+
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
+"""(layer, queries, keys, values, scale) -> attention output [1, heads, n, head_dim]."""
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [1, H, n, D], k [1, Hkv, n, D]; cos/sin [1, n, D] for each token's own position."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+@dataclass(frozen=True)
+class DecoderParts:
+    """The modules of a Llama-, Qwen2- or Qwen3-style causal LM that one forward pass needs."""
+
+    embed: Any
+    layers: tuple[Any, ...]
+    norm: Any
+    rotary: Any
+    lm_head: Any
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+    @classmethod
+    def of(cls, model: Any) -> DecoderParts:
+        config = model.config
+        base = model.model
+        heads = config.num_attention_heads
+        return cls(
+            embed=base.embed_tokens,
+            layers=tuple(base.layers[: config.num_hidden_layers]),
+            norm=base.norm,
+            rotary=base.rotary_emb,
+            lm_head=model.lm_head,
+            heads=heads,
+            kv_heads=config.num_key_value_heads,
+            head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+        )
+
+
+def project_qkv(attention: Any, x: torch.Tensor, heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries, keys and values of `x` [1, n, hidden]; Qwen3's per-head q/k norms when the layer has them."""
+    n = x.shape[1]
+    q = attention.q_proj(x).view(1, n, heads, head_dim)
+    k = attention.k_proj(x).view(1, n, kv_heads, head_dim)
+    v = attention.v_proj(x).view(1, n, kv_heads, head_dim)
+    if hasattr(attention, "q_norm"):
+        q, k = attention.q_norm(q), attention.k_norm(k)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def run_layers(parts: DecoderParts, token_ids: torch.Tensor, positions: torch.Tensor, attend: Attend) -> tuple[torch.Tensor, KV]:
+    """The decoder stack over `token_ids` [n] at `positions` [n]; `attend` decides what each token sees.
+
+    Returns the last layer's hidden states [1, n, hidden] (before the final norm) and every layer's
+    keys and values of these tokens (after rotary embedding), for the caller to keep what it needs.
+    """
+    hidden = parts.embed(token_ids[None])
+    cos, sin = parts.rotary(hidden, position_ids=positions[None])
+    new_kv: KV = []
+    for index, layer in enumerate(parts.layers):
+        attention = layer.self_attn
+        residual = hidden
+        x = layer.input_layernorm(hidden)
+        q, k, v = project_qkv(attention, x, parts.heads, parts.kv_heads, parts.head_dim)
+        q, k = apply_rotary(q, k, cos, sin)
+        new_kv.append((k, v))
+        out = attend(index, q, k, v, attention.scaling)  # [1, H, n, D]
+        out = out.transpose(1, 2).reshape(1, q.shape[2], parts.heads * parts.head_dim)
+        hidden = residual + attention.o_proj(out)
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+    return hidden, new_kv
+
+
+def logprobs_at(parts: DecoderParts, hidden: torch.Tensor, positions: list[int] | torch.Tensor) -> torch.Tensor:
+    """Log-probs over the vocabulary at the given positions of `hidden` [1, n, hidden]: [len, vocab] fp32.
+
+    The final norm and the LM head run only on those rows: nothing else is projected.
+    """
+    selected = hidden[0, positions]
+    logits = parts.lm_head(parts.norm(selected)).float()
+    return torch.log_softmax(logits, dim=-1)
+
+
+def causal_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Plain causal attention of a sequence over itself (the head's prefill)."""
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)

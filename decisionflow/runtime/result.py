@@ -1,0 +1,102 @@
+"""Typed results: the user's object, plus a distribution and candidate mass for every field.
+
+The core never imports rich: `__rich__` defers to `render`, so `rich.print(result)` shows a table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Generic, TypeVar
+
+from ..spec.rubric import FieldKind, Value
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class FieldResult:
+    name: str
+    kind: FieldKind
+    value: Value | None
+    """The winning answer, or None when the field was not asked."""
+    probabilities: dict[str, float]
+    """Every allowed answer (as its label) -> probability; empty when not asked."""
+    candidate_mass: float | None
+    """Unrenormalised probability that the model's next token starts an allowed answer."""
+    round: int | None
+    method: str
+    """`first_token`, `branch`, `exact`, or `not_asked`."""
+    asked: bool = True
+    abstained: bool = False
+    """The answer fell below the calibration's minimum mass or probability: `value` is None."""
+    reason: str = ""
+    """Why a field was not asked (its condition was false)."""
+    expected_value: float | None = None
+    """Score fields: the probability-weighted mean level."""
+
+    @property
+    def probability(self) -> float | None:
+        """Probability of the winning answer."""
+        if not self.asked:
+            return None
+        return max(self.probabilities.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {
+            "value": self.value,
+            "probabilities": self.probabilities,
+            "candidate_mass": self.candidate_mass,
+            "round": self.round,
+            "method": self.method,
+        }
+        if self.expected_value is not None:
+            data["expected_value"] = self.expected_value
+        if not self.asked:
+            data["asked"] = False
+            data["reason"] = self.reason
+        if self.abstained:
+            data["abstained"] = True
+        return data
+
+
+@dataclass(frozen=True)
+class Stats:
+    forward_passes: int
+    """Passes this request took part in (the head's one-off prefill not counted)."""
+    tokens_prefilled: int
+    """New tokens this request fed through the model: input, written answers and rows."""
+    input_tokens: int
+    head_tokens: int
+    head_cache_hit: bool
+    batch_size: int = 1
+    """Requests that shared these passes."""
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Decision(Generic[T]):
+    rubric: str
+    value: T
+    """An instance of the declared class (or of the model generated for a YAML rubric)."""
+    fields: dict[str, FieldResult]
+    stats: Stats
+
+    @property
+    def abstained(self) -> list[str]:
+        """Fields that abstained instead of guessing."""
+        return [name for name, f in self.fields.items() if f.abstained]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "value": {name: f.value for name, f in self.fields.items()},
+            "fields": {name: f.to_dict() for name, f in self.fields.items()},
+            "stats": self.stats.to_dict(),
+        }
+
+    def __rich__(self) -> Any:
+        from .render import decision_table
+
+        return decision_table(self)

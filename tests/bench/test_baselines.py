@@ -1,0 +1,75 @@
+"""Benchmark baselines and workloads: the grammar's JSON schema, the shipped presets and texts."""
+
+from __future__ import annotations
+
+import json
+
+from decisionflow.bench.baselines import json_schema
+from decisionflow.bench.presets import default_data_dir, first_fields, load_preset
+from decisionflow.bench.workloads import build_workloads, workload_text
+from decisionflow.spec.rubric import Rubric
+
+RUBRIC = Rubric.model_validate({
+    "name": "triage",
+    "fields": {
+        "department": {"kind": "choice", "question": "Which team", "options": ["BILLING", "SHIPPING", "RETURNS"]},
+        "refund_requested": {"kind": "boolean", "question": "Refund asked"},
+        "severity": {"kind": "score", "question": "How severe", "min": 0, "max": 9},
+        "refund_amount": {
+            "kind": "choice", "question": "Refund size", "options": ["SMALL", "LARGE"],
+            "when": {"refund_requested": [True]},
+        },
+    },
+})
+
+def test_json_schema_fixes_keys_and_values():
+    schema = json_schema(RUBRIC)
+    assert schema["required"] == list(RUBRIC.fields)
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["department"] == {"enum": ["BILLING", "SHIPPING", "RETURNS"]}
+    assert schema["properties"]["severity"] == {"enum": list(range(10))}
+    assert schema["properties"]["refund_amount"] == {"enum": ["SMALL", "LARGE", None]}
+    json.dumps(schema)
+
+
+# --------------------------------------------------------------------------------------------
+# Presets
+
+def test_support_triage_preset_loads_as_a_pinned_label_rubric():
+    preset = load_preset("support_triage")
+    raw = json.loads((default_data_dir() / "pcd_presets" / "support_triage.json").read_text())
+    rubric = preset.rubric
+    assert len(rubric) == 28
+    assert list(rubric.fields) == list(raw["schema"])
+    assert rubric.pin_first is True
+    assert rubric.answer_format.value == "labels"
+    for name, spec in raw["schema"].items():
+        field = rubric.fields[name]
+        if spec["type"] == "boolean":
+            assert field.values == (True, False)
+        else:
+            assert list(field.values) == spec["choices"]  # verbatim, order kept
+    assert preset.context == raw["context"]
+
+
+def test_high_cardinality_preset_keeps_its_255_labels():
+    rubric = load_preset("high_cardinality_255").rubric
+    customs = rubric.fields["customs_category"]
+    assert len(customs.values) == 255
+    assert "CAT_095_Aerospace_Titanium_Fasteners_&_Bolts" in customs.values
+    assert customs.values[0] == "CAT_000_Live_Animals"
+
+
+def test_first_fields_cuts_a_preset():
+    rubric = first_fields(load_preset("support_triage").rubric, 8)
+    assert len(rubric) == 8
+    assert rubric.name == "support_triage_8"
+
+
+def test_workloads_come_from_shipped_files():
+    quick = build_workloads(default_data_dir(), quick=True)
+    assert [w.name for w in quick] == ["model_routing_route", "support_triage_first_4"]
+    assert quick[0].payload == workload_text("routing_prompt") and "MemoryError" in quick[0].payload
+    full = {w.name: w for w in build_workloads(default_data_dir())}
+    assert "Priya Raman" in full["workflow_support_triage"].payload
+    assert len(full["workflow_support_triage"].rubric) == 32

@@ -1,0 +1,92 @@
+"""`decisionflow run` and `plan --tokens` as a user runs them (real bundled model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from decisionflow.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+TRIAGE = str(ROOT / "workflows" / "support_triage.yaml")
+SENTIMENT = str(ROOT / "workflows" / "sentiment.yaml")
+TICKET = (
+    "Subject: charged twice for my March invoice. I was billed twice ($49 each). "
+    "Please refund the duplicate charge within 12 hours or I will cancel. -- Dana"
+)
+
+pytestmark = pytest.mark.model
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_run_json_takes_one_pass_per_round_of_the_plan():
+    planned = invoke("plan", TRIAGE, "--json")
+    assert planned.exit_code == 0, planned.output
+    rounds = json.loads(planned.stdout)["rounds"]
+    result = invoke("run", TRIAGE, "--json", "--text", TICKET)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert len(data["value"]) >= 20
+    assert data["stats"]["forward_passes"] == len(rounds)
+    for name, field in data["fields"].items():
+        if field.get("asked", True):
+            assert sum(field["probabilities"].values()) == pytest.approx(1.0)
+            assert field["value"] == data["value"][name]
+            assert field["round"] == next(r["index"] for r in rounds if name in r["fields"])
+
+
+def test_run_prints_a_score_table():
+    result = invoke("run", SENTIMENT, "--text", "a gorgeous , witty , seductive movie .")
+    assert result.exit_code == 0, result.output
+    assert "sentiment" in result.stdout and "forward pass" in result.stdout
+    assert "positive" in result.stdout and "negative" in result.stdout
+
+
+def test_run_file_resumes_without_redoing_rows(tmp_path: Path):
+    source = tmp_path / "in.jsonl"
+    rows = [{"id": "a", "text": "a gorgeous film"}, {"id": "b", "text": "dull and lifeless"}, {"id": "c", "text": "  "}]
+    source.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    output = tmp_path / "out.jsonl"
+    first = invoke("run", SENTIMENT, "--input", str(source), "--output", str(output))
+    assert first.exit_code == 1  # one row could not be decided
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r["id"] for r in records] == ["a", "b", "c"]
+    assert "error" in records[2] and "empty" in records[2]["error"]
+    assert records[0]["value"]["sentiment"] in ("positive", "negative")
+    source.write_text(source.read_text().replace('"  "', '"an uneven but moving drama"'))
+    second = invoke("run", SENTIMENT, "--input", str(source), "--output", str(output))
+    assert second.exit_code == 0, second.output
+    assert "2 already done" in second.output
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    decided = [r["id"] for r in records if "error" not in r]
+    assert sorted(decided) == ["a", "b", "c"]
+
+
+def test_run_errors_are_one_line_not_a_traceback(tmp_path: Path):
+    empty = invoke("run", SENTIMENT, "--text", "   ")
+    assert empty.exit_code == 1
+    assert "empty" in empty.output and "Traceback" not in empty.output
+    both = invoke("run", SENTIMENT, "--text", "x", "--input", "in.jsonl")
+    assert both.exit_code == 2 and "exactly one of --text or --input" in both.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nfields:\n  x: {kind: score, question: q, min: 3, max: 1}\n")
+    broken = invoke("run", str(bad), "--text", "hello")
+    assert broken.exit_code == 1
+    assert "fields.x" in broken.output and "Traceback" not in broken.output
+
+
+def test_plan_token_view_counts_rows_and_passes():
+    result = invoke("plan", SENTIMENT, "--json", "--tokens", "--text", "a gorgeous film")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["forward_passes"] == 1 and data["head_tokens"] > 50
+    row = data["rounds"][0]["rows"][0]
+    assert row["field"] == "sentiment" and row["row_tokens"] >= row["stem_tokens"] >= 3
+    assert row["row_ends"].endswith('"')
+    assert 3 <= data["request_tokens"] < 20
