@@ -9,7 +9,18 @@ engine side by side: `quality`, `bench`, `cli`. Declaring, validating and planni
 from typing import TYPE_CHECKING, Any
 
 from .errors import DecisionflowError
-from .spec import AnswerFormat, FieldKind, Plan, Rubric, ask, decision, dump_rubric, load_rubric, make_plan, rubric_of
+from .spec import (
+    AnswerFormat,
+    FieldKind,
+    Plan,
+    Rubric,
+    ask,
+    decision,
+    dump_rubric,
+    load_rubric,
+    make_plan,
+    rubric_of,
+)
 
 if TYPE_CHECKING:
     from .runtime.engine import Engine

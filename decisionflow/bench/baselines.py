@@ -27,10 +27,10 @@ from ..errors import Unavailable
 from ..runtime.backend import tree_visibility
 from ..runtime.generation import (
     MethodResult,
+    canonical_object_tokens,
     check_value,
     finish_generation,
     generate_until_closed,
-    canonical_object_tokens,
     json_generate,
     parse_answer,
 )

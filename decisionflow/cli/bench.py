@@ -12,6 +12,7 @@ import typer
 from ..bench.presets import default_data_dir
 from ..bench.runner import METHODS
 from ..bench.workloads import build_workloads
+from .common import say, stderr
 
 
 def bench_command(
@@ -27,12 +28,10 @@ def bench_command(
     dtype: Annotated[str, typer.Option(help="Model dtype.")] = "float32",
 ) -> None:
     """Compare decisionflow with JSON generation, grammar-constrained generation and row-scoring baselines."""
-    from rich.console import Console
-
-    err = Console(stderr=True)
+    err = stderr()
     data_dir = data if data is not None else default_data_dir()
     if not (data_dir / "pcd_presets").is_dir():
-        err.print(f"no pcd_presets folder in {data_dir}: pass --data DIR or set DECISIONFLOW_DATA", markup=False)
+        say(err, f"no pcd_presets folder in {data_dir}: pass --data DIR or set DECISIONFLOW_DATA")
         raise typer.Exit(2)
     repeats = repeats or (3 if quick else 5)
     slow_repeats = min(slow_repeats or (1 if quick else 2), repeats)
@@ -56,12 +55,15 @@ def bench_command(
 
     transformers_logging.disable_progress_bar()
     transformers_logging.set_verbosity_error()
-    from ..runtime.engine import Engine
     import torch
+
+    from ..bench.report import markdown_table, print_table, write_plots
+    from ..bench.runner import conditions, run_bench
+    from ..runtime.engine import Engine
 
     with err.status("loading the model"):
         engine = Engine.load(model, dtype=dtype, threads=threads)
-    log = lambda message: err.print(message, markup=False, highlight=False)  # noqa: E731
+    log = lambda message: say(err, message)  # noqa: E731
     settings = conditions(engine, threads=torch.get_num_threads(), dtype=dtype, repeats=repeats, slow_repeats=slow_repeats)
 
     def save(rows: list[dict[str, Any]], *, complete: bool = False) -> None:

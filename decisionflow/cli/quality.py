@@ -15,9 +15,24 @@ import typer
 from rich.console import Console
 
 from ..errors import CalibrationError, DataError
-from ..quality.labelled import LabelledRow, load_labelled, parse_slice, resolve_fields, select_rows
+from ..quality.labelled import (
+    LabelledRow,
+    load_labelled,
+    parse_slice,
+    resolve_fields,
+    select_rows,
+)
 from ..spec.references import YAML_SUFFIXES
-from .common import ModelOption, ThreadsOption, calibration_beside, guarded, load_engine, load_target, say, stderr
+from .common import (
+    ModelOption,
+    ThreadsOption,
+    calibration_beside,
+    guarded,
+    load_engine,
+    load_target,
+    say,
+    stderr,
+)
 
 DataOption = Annotated[
     Path, typer.Option("--data", help="A labelled CSV file with a header row.", show_default=False)
@@ -94,7 +109,7 @@ def eval_command(
     }
     if out is not None:
         written = guarded(ctx, err, lambda: write_outputs(run, out))
-        err.print("wrote " + ", ".join(str(p) for p in written), markup=False, highlight=False, soft_wrap=True)
+        say(err, "wrote " + ", ".join(str(p) for p in written))
     _print_summary(run.summary)
 
 
@@ -135,11 +150,11 @@ def calibrate_command(
 
     err = stderr()
     if fit_min_mass and min_mass is not None:
-        err.print("calibrate: give --min-mass or --fit-min-mass, not both", markup=False)
+        say(err, "calibrate: give --min-mass or --fit-min-mass, not both")
         raise typer.Exit(2)
     if output is None:
         if not rubric_ref.lower().endswith(YAML_SUFFIXES):
-            err.print("calibrate: a module:Class rubric has no folder to save beside; give --output PATH", markup=False)
+            say(err, "calibrate: a module:Class rubric has no folder to save beside; give --output PATH")
             raise typer.Exit(2)
         output = Calibration.path_for(rubric_ref)
     target, rubric = _target(ctx, rubric_ref, err)
@@ -165,7 +180,7 @@ def calibrate_command(
             + (f"; min probability {s.min_probability}" if s.min_probability is not None else ""),
             markup=False, highlight=False, soft_wrap=True,
         )
-    out.print(f"saved {output}", markup=False, highlight=False, soft_wrap=True)
+    say(out, f"saved {output}")
 
 
 def _existing_calibration(path: Path, rubric: Any) -> Any:
@@ -215,7 +230,13 @@ def _engine(err: Console, model: str | None, threads: int | None):
 @contextlib.contextmanager
 def _progress_bars(err: Console) -> Iterator[Callable[[str], Callable[[int, int], None]]]:
     """A factory of progress callbacks, one bar per phase (deciding, each shuffled order, the baseline)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=err) as bar:

@@ -13,7 +13,16 @@ from rich.text import Text
 
 from ..spec.plan import Plan, make_plan
 from ..spec.rubric import FieldKind, FieldSpec, Rubric
-from .common import ExactOption, ModelOption, RubricRef, count, guarded, load_rubric_or_report, say, stderr
+from .common import (
+    ExactOption,
+    ModelOption,
+    RubricRef,
+    count,
+    guarded,
+    load_rubric_or_report,
+    say,
+    stderr,
+)
 
 
 def validate(

@@ -73,7 +73,13 @@ def run(
         else:
             Console(width=max(Console().width, 120)).print(decision)
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     from ..runtime.resumable_jsonl import decide_file
 

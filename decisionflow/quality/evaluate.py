@@ -24,12 +24,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
-from . import metrics
-from ..runtime.calibration import Calibration, FieldCalibration
 from ..errors import DecisionflowError
-from .labelled import LabelledRow, label_of, offered_labels
+from ..runtime.calibration import Calibration, FieldCalibration
 from ..spec.declare import rubric_of
 from ..spec.rubric import Rubric
+from . import metrics
+from .labelled import LabelledRow, label_of, offered_labels
 
 CHUNK_ROWS = 32
 """Rows handed to decide_many at once: small enough for a live progress bar, large enough to pack."""

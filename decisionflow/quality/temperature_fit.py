@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from . import metrics
 from ..runtime.calibration import Calibration, FieldCalibration, temperature_scale
+from ..spec.rubric import Rubric
+from . import metrics
 from .evaluate import Progress, Reading, read_all_fields
 from .labelled import LabelledRow, offered_labels
-from ..spec.rubric import Rubric
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel
 
-from .declare import is_decision, rubric_of
 from ..errors import RubricError
+from .declare import is_decision, rubric_of
 from .rubric import Rubric
 from .yaml_rubric import load_rubric
 

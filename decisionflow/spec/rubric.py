@@ -8,12 +8,19 @@ this model, never the user's class or file.
 from __future__ import annotations
 
 import re
-from functools import cached_property
 import unicodedata
 from enum import Enum
+from functools import cached_property
 from typing import Any, Iterator
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 MAX_SCORE_LEVELS = 101
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"

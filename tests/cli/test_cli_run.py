@@ -90,3 +90,53 @@ def test_plan_token_view_counts_rows_and_passes():
     assert row["field"] == "sentiment" and row["row_tokens"] >= row["stem_tokens"] >= 3
     assert row["row_ends"].endswith('"')
     assert 3 <= data["request_tokens"] < 20
+
+
+def test_run_refuses_a_calibration_file_of_another_rubric(tmp_path: Path):
+    rubric = tmp_path / "mood.yaml"
+    rubric.write_text(Path(SENTIMENT).read_text().replace("name: sentiment", "name: mood"))
+    (tmp_path / "mood.calibration.json").write_text(json.dumps({"rubric": "sentiment", "fields": {}}))
+    result = invoke("run", str(rubric), "--text", "a gorgeous film")
+    assert result.exit_code == 1
+    assert "the calibration is for rubric 'sentiment', not 'mood'" in result.output
+    assert "Traceback" not in result.output
+
+
+PICKY = '''\
+from typing import Annotated, Literal
+from pydantic import BaseModel, field_validator
+from decisionflow import ask, decision
+
+@decision(instructions="Judge one review.")
+class Review(BaseModel):
+    sentiment: Annotated[Literal["positive", "negative"], ask("The review's sentiment")]
+
+    @field_validator("sentiment")
+    @classmethod
+    def _refuse(cls, value):
+        raise ValueError("sentiment needs a second opinion")
+'''
+
+
+def test_a_validator_that_refuses_answers_is_an_error_line_and_a_row_record(tmp_path: Path):
+    module = tmp_path / "picky.py"
+    module.write_text(PICKY)
+    single = invoke("run", f"{module}:Review", "--text", "a gorgeous film")
+    assert single.exit_code == 1
+    assert "Review refused the decided answers" in single.output and "second opinion" in single.output
+    assert "Traceback" not in single.output
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": 1, "text": "a gorgeous film"}\n{"id": 2, "text": "dull"}\n')
+    output = tmp_path / "out.jsonl"
+    batch = invoke("run", f"{module}:Review", "--input", str(source), "--output", str(output))
+    assert batch.exit_code == 1 and "0 decided" in batch.output and "2 failed" in batch.output
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r["id"] for r in records] == ["1", "2"]
+    assert all("second opinion" in r["error"] for r in records)
+
+
+def test_shipped_workflows_resolve_by_name_from_any_directory(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert invoke("validate", "workflows/sentiment.yaml", "sentiment").exit_code == 0
+    missing = invoke("validate", "workflows/nope.yaml")
+    assert missing.exit_code == 1 and "file not found" in missing.output

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-
 import pytest
+from conftest import CHATML
 
 from decisionflow.compiler import LAYOUTS, compile_rubric
-from decisionflow.errors import CompileError
 from decisionflow.compiler.prompt import system_text
+from decisionflow.errors import CompileError
 from decisionflow.spec.rubric import Rubric
-
-from conftest import CHATML
 
 RUBRIC = Rubric.model_validate({
     "name": "layouts",

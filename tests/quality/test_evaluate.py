@@ -11,9 +11,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from decisionflow.runtime.calibration import Calibration
 from decisionflow.cli import app
-from decisionflow.quality.evaluate import Reading, score_abstention, score_baseline, score_flips, score_readings, shuffled_rubric
+from decisionflow.quality.evaluate import (
+    Reading,
+    score_abstention,
+    score_baseline,
+    score_flips,
+    score_readings,
+    shuffled_rubric,
+)
 from decisionflow.quality.labelled import (
     DataError,
     label_columns,
@@ -23,6 +29,7 @@ from decisionflow.quality.labelled import (
     resolve_fields,
     select_rows,
 )
+from decisionflow.runtime.calibration import Calibration
 from decisionflow.spec.yaml_rubric import load_rubric
 
 REPO = Path(__file__).resolve().parents[2]

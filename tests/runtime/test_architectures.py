@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import packed_and_alone
 
 from decisionflow.compiler import LAYOUTS
-from decisionflow.runtime.engine import Engine
 from decisionflow.errors import ModelError
+from decisionflow.runtime.engine import Engine
 from decisionflow.runtime.loading import LoadedModel, check_supported
 from decisionflow.spec.rubric import Rubric
-
-from conftest import packed_and_alone
 
 RUBRIC = Rubric.model_validate({
     "name": "plumbing",

@@ -6,16 +6,15 @@ from typing import Annotated, Literal
 
 import pytest
 import torch
+from conftest import packed_and_alone
 from pydantic import BaseModel, Field
 
 from decisionflow.compiler import ReadMode
-from decisionflow.spec.declare import ask, decision
-from decisionflow.runtime.engine import Engine, EngineOptions
 from decisionflow.errors import InputError
+from decisionflow.runtime.engine import Engine, EngineOptions
 from decisionflow.runtime.readout import read_field
+from decisionflow.spec.declare import ask, decision
 from decisionflow.spec.rubric import Rubric
-
-from conftest import packed_and_alone
 
 pytestmark = pytest.mark.model
 

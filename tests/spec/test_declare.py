@@ -9,7 +9,15 @@ import annotated_types
 import pytest
 from pydantic import BaseModel, Field
 
-from decisionflow.spec.declare import Ask, ask, decision, is_decision, model_for, rubric_of, typed_model
+from decisionflow.spec.declare import (
+    Ask,
+    ask,
+    decision,
+    is_decision,
+    model_for,
+    rubric_of,
+    typed_model,
+)
 from decisionflow.spec.problems import RubricError
 from decisionflow.spec.rubric import AnswerFormat, FieldKind, Rubric
 

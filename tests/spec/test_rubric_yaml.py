@@ -11,7 +11,12 @@ from pydantic import BaseModel, Field
 
 from decisionflow.spec.declare import ask, decision, rubric_of
 from decisionflow.spec.rubric import AnswerFormat, FieldKind
-from decisionflow.spec.yaml_rubric import dump_rubric, load_rubric, loads_rubric, save_rubric
+from decisionflow.spec.yaml_rubric import (
+    dump_rubric,
+    load_rubric,
+    loads_rubric,
+    save_rubric,
+)
 
 
 @decision(instructions="Triage one support ticket.")

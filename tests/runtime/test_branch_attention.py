@@ -1,0 +1,55 @@
+"""Branch attention against plain attention over the concatenated keys, on both of its paths."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+import torch
+from packaging.version import Version
+
+from decisionflow.runtime import branch_attention as ba
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _case(groups: int, n: int = 7, local: int = 11, prefix: int = 37, dim: int = 16):
+    torch.manual_seed(groups)
+    kv_heads = 2
+    q = torch.randn(1, kv_heads * groups, n, dim)
+    k, v = torch.randn(1, kv_heads, local, dim), torch.randn(1, kv_heads, local, dim)
+    pk, pv = torch.randn(1, kv_heads, prefix, dim), torch.randn(1, kv_heads, prefix, dim)
+    visible = torch.rand(n, local) > 0.5
+    visible[:, 0] = True
+    mask = torch.zeros(n, local).masked_fill_(~visible, torch.finfo(torch.float32).min)[None, None]
+    return q, k, v, mask, pk, pv, visible
+
+
+def _plain(q, k, v, visible, pk, pv, scale):
+    groups = q.shape[1] // k.shape[1]
+    keys = torch.cat([pk, k], dim=-2).repeat_interleave(groups, dim=1)
+    values = torch.cat([pv, v], dim=-2).repeat_interleave(groups, dim=1)
+    allowed = torch.cat([torch.ones(visible.shape[0], pk.shape[-2], dtype=torch.bool), visible], dim=-1)
+    return torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, scale=scale)
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+@pytest.mark.parametrize("fused", [True, False])
+def test_branch_attention_equals_attention_over_everything(monkeypatch, groups, fused):
+    if not fused:
+        # The private CPU op may be missing from another torch build: the plain path must stand in.
+        monkeypatch.setattr(ba, "_CPU_FLASH", None)
+    q, k, v, mask, pk, pv, visible = _case(groups)
+    out = ba.branch_attention(q, k, v, mask, pk, pv, 0.25)
+    assert torch.allclose(out, _plain(q, k, v, visible, pk, pv, 0.25), atol=1e-5)
+
+
+def test_dependency_floors_are_what_the_suite_runs_on():
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    floors = {d.split(">=")[0].strip(): d.split(">=")[1].split(",")[0] for d in declared if ">=" in d}
+    for package in ("torch", "transformers"):
+        # The cache API, the SDPA enable-GQA path and the private CPU attention op need these floors.
+        assert Version(floors[package]) >= Version({"torch": "2.13", "transformers": "5.24"}[package])
+        assert Version(version(package)).release >= Version(floors[package]).release

@@ -1,0 +1,184 @@
+"""What the engine promises a caller: errors that name their input, calibrations checked against the
+rubric, user validators that fail one row only, bounded caches, one head prefill under concurrency,
+and a model passed in left as it was."""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated, Literal
+
+import pytest
+from pydantic import BaseModel, field_validator
+
+from decisionflow.errors import (
+    CalibrationError,
+    DecisionflowError,
+    InputError,
+    ResultError,
+)
+from decisionflow.runtime.calibration import Calibration, FieldCalibration
+from decisionflow.runtime.engine import Engine, EngineOptions
+from decisionflow.spec.declare import ask, decision
+from decisionflow.spec.rubric import Rubric
+
+pytestmark = pytest.mark.model
+
+RUBRIC = Rubric.model_validate({
+    "name": "contract",
+    "fields": {
+        "topic": {"kind": "choice", "question": "What the message is about", "options": ["delivery", "billing"]},
+        "urgent": {"kind": "boolean", "question": "Whether it is urgent"},
+    },
+})
+TEXTS = ["My parcel is late.", "I was billed twice!", "Where is my order?"]
+
+
+class Boom(Exception):
+    """An exception whose constructor does not take one string."""
+
+    def __init__(self, code: int, detail: str):
+        super().__init__(code, detail)
+        self.code = code
+
+
+class Exploding(str):
+    def strip(self, *args):  # render_input strips a text input: this is where it blows up
+        raise Boom(7, "no")
+
+
+def test_decide_many_names_the_bad_input_without_rebuilding_its_error(engine: Engine):
+    with pytest.raises(InputError) as caught:
+        engine.decide_many(RUBRIC, ["fine text", "   "])
+    assert caught.value.input_index == 1 and str(caught.value).startswith("input 1: ")
+    with pytest.raises(Boom) as boom:
+        engine.decide_many(RUBRIC, ["fine text", Exploding("x")])
+    assert boom.value.code == 7 and boom.value.args == (7, "no")
+    assert "while reading input 1" in boom.value.__notes__
+
+
+def test_decide_each_returns_a_decision_or_an_error_per_input(engine: Engine):
+    outcomes = engine.decide_each(RUBRIC, [TEXTS[0], "", TEXTS[1]])
+    assert isinstance(outcomes[1], InputError) and outcomes[1].input_index == 1
+    together = [outcomes[0], outcomes[2]]
+    assert all(o.stats.batch_size == 2 for o in together)
+    for text, decided in zip((TEXTS[0], TEXTS[1]), together):
+        alone = engine.decide(RUBRIC, text)
+        assert decided.value == alone.value
+        assert decided.fields["topic"].probabilities == pytest.approx(alone.fields["topic"].probabilities, abs=1e-4)
+
+
+def test_a_calibration_for_another_rubric_is_refused(engine: Engine):
+    with pytest.raises(CalibrationError, match="is for rubric 'other'"):
+        engine.decide(RUBRIC, TEXTS[0], calibration=Calibration(rubric="other"))
+    unknown_field = Calibration(rubric="contract", fields={"tone": FieldCalibration(temperature=2.0)})
+    with pytest.raises(CalibrationError, match="field 'tone'"):
+        engine.decide(RUBRIC, TEXTS[0], calibration=unknown_field)
+    other_labels = Calibration(rubric="contract", fields={"topic": FieldCalibration(labels=("delivery", "returns"))})
+    with pytest.raises(CalibrationError, match="fitted for labels delivery, returns"):
+        engine.decide(RUBRIC, TEXTS[0], calibration=other_labels)
+    same_labels = Calibration(rubric="contract", fields={"topic": FieldCalibration(labels=("billing", "delivery"))})
+    assert engine.decide(RUBRIC, TEXTS[0], calibration=same_labels).fields["topic"].asked
+
+
+@decision(instructions="Route one message.")
+class Picky(BaseModel):
+    topic: Annotated[Literal["delivery", "billing"], ask("What the message is about")]
+    urgent: Annotated[bool, ask("Whether it is urgent")]
+
+    @field_validator("urgent")
+    @classmethod
+    def _never(cls, value: bool) -> bool:
+        raise ValueError("urgency is decided by a human")
+
+
+@decision(instructions="Route one message.")
+class Crashing(BaseModel):
+    topic: Annotated[Literal["delivery", "billing"], ask("What the message is about")]
+
+    @field_validator("topic")
+    @classmethod
+    def _crash(cls, value: str) -> str:
+        raise RuntimeError("validator bug")
+
+
+def test_a_validator_that_refuses_the_answers_fails_that_input_only(engine: Engine):
+    outcomes = engine.decide_each(Picky, TEXTS[:2])
+    assert all(isinstance(o, ResultError) for o in outcomes)
+    assert "urgency is decided by a human" in str(outcomes[0]) and outcomes[1].input_index == 1
+    with pytest.raises(ResultError, match="Picky refused the decided answers"):
+        engine.decide(Picky, TEXTS[0])
+    crashed = engine.decide_each(Crashing, TEXTS[:1])[0]
+    assert isinstance(crashed, ResultError) and "RuntimeError: validator bug" in str(crashed)
+
+
+def test_prepared_rubrics_are_bounded(engine: Engine):
+    small = Engine(engine.loaded, options=EngineOptions(max_prepared=2))
+    rubrics = [Rubric.model_validate({**RUBRIC.model_dump(), "name": f"copy_{i}"}) for i in range(3)]
+    for rubric in rubrics:
+        small.decide(rubric, TEXTS[0])
+    assert len(small._prepared) == 2
+    assert [p.compiled.rubric.name for p in small._prepared.values()] == ["copy_1", "copy_2"]
+    tight = Engine(engine.loaded, options=EngineOptions(max_head_bytes=1))
+    for rubric in rubrics:
+        tight.decide(rubric, TEXTS[0])
+    assert [p.compiled.rubric.name for p in tight._prepared.values()] == ["copy_2"]  # the one in use stays
+
+
+def test_first_use_from_two_threads_prefills_the_head_once(engine: Engine):
+    fresh = Engine(engine.loaded)
+    calls = []
+    prefill = fresh.backend.prefill_head
+
+    def counting(tokens):
+        calls.append(len(tokens))
+        return prefill(tokens)
+
+    fresh.backend.prefill_head = counting  # type: ignore[method-assign]
+    results: list = [None, None]
+    start = threading.Barrier(2)
+
+    def work(slot: int) -> None:
+        start.wait()
+        results[slot] = fresh.decide(RUBRIC, TEXTS[slot])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1
+    assert len(fresh._prepared) == 1
+    for slot in range(2):
+        assert results[slot].value == engine.decide(RUBRIC, TEXTS[slot]).value
+
+
+def test_an_engine_leaves_the_model_and_transformers_as_they_were(engine: Engine):
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    model = engine.loaded.model
+    keys_before = set(ALL_ATTENTION_FUNCTIONS.keys())
+    implementation = model.config._attn_implementation
+    modules = {name: type(module) for name, module in model.named_modules()}
+    Engine(engine.loaded).decide(RUBRIC, TEXTS[0])
+    assert set(ALL_ATTENTION_FUNCTIONS.keys()) == keys_before
+    assert not any("decisionflow" in key for key in keys_before)
+    assert model.config._attn_implementation == implementation
+    assert {name: type(module) for name, module in model.named_modules()} == modules
+
+
+def test_every_error_is_a_decisionflow_error():
+    from decisionflow.errors import (
+        CompileError,
+        DataError,
+        ModelError,
+        RubricError,
+        Unavailable,
+        outcome_of,
+    )
+
+    for cls in (RubricError, InputError, ResultError, CalibrationError, DataError, CompileError, ModelError, Unavailable):
+        assert issubclass(cls, DecisionflowError)
+    assert issubclass(RubricError, ValueError) and issubclass(InputError, ValueError)
+    assert outcome_of(InputError("x")).http_status == 422
+    assert outcome_of(Unavailable("x")).http_status == 503
+    assert outcome_of(ModelError("x")).exit_code == 1
