@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def shared_data() -> Path | None:
+    """The full development data (`$DECISIONFLOW_DATA`, else `../shared/data`), when present."""
+    for candidate in (os.environ.get("DECISIONFLOW_DATA"), ROOT.parent / "shared" / "data"):
+        if candidate and (Path(candidate) / "banking77" / "dev.csv").is_file():
+            return Path(candidate)
+    return None
 
 
 def _bundled_model_installed() -> bool:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 from typer.testing import CliRunner
 
 from decisionflow.cli import app
@@ -37,14 +37,8 @@ SENTIMENT = REPO / "workflows" / "sentiment.yaml"
 runner = CliRunner()
 
 
-def _data_root() -> Path | None:
-    root = Path(os.environ.get("DECISIONFLOW_DATA", REPO.parent / "shared" / "data"))
-    return root if (root / "sst2" / "dev.csv").is_file() else None
-
-
-needs_data = pytest.mark.skipif(
-    _data_root() is None, reason="labelled data not found: set DECISIONFLOW_DATA or provide ../shared/data"
-)
+BANKING = REPO / "workflows" / "banking77_intent.yaml"
+BANKING_ROWS = FIXTURES / "banking77_sample.csv"
 
 
 @pytest.fixture
@@ -179,12 +173,10 @@ def test_cli_reports_bad_columns_without_loading_a_model(labelled_csv: Path):
     assert result.exit_code == 2 and "--output" in result.output
 
 
-@needs_data
 @pytest.mark.model
-def test_eval_cli_on_six_sst2_rows(tmp_path: Path):
-    data = _data_root() / "sst2" / "dev.csv"
+def test_eval_cli_on_six_banking77_rows(tmp_path: Path):
     out = tmp_path / "eval"
-    result = runner.invoke(app, ["eval", str(SENTIMENT), "--data", str(data), "--limit", "6", "--raw", "--out", str(out)])
+    result = runner.invoke(app, ["eval", str(BANKING), "--data", str(BANKING_ROWS), "--limit", "6", "--raw", "--out", str(out)])
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "eval.json").read_text(encoding="utf-8"))
     assert summary["n"] == 6 and summary["valid_rate"] == 1.0
@@ -193,26 +185,26 @@ def test_eval_cli_on_six_sst2_rows(tmp_path: Path):
     assert (out / "eval.md").is_file() and len((out / "rows.jsonl").read_text().splitlines()) == 6
 
 
-@needs_data
 @pytest.mark.model
 def test_calibration_fit_is_saved_beside_a_rubric_copy_and_keeps_winners(engine, tmp_path: Path):
     from decisionflow.quality.temperature_fit import fit_calibration
 
-    rubric_path = tmp_path / "sentiment.yaml"
-    shutil.copy(SENTIMENT, rubric_path)
+    rubric_path = tmp_path / "banking77_intent.yaml"
+    shutil.copy(BANKING, rubric_path)
     rubric = load_rubric(rubric_path)
-    rows, _ = load_labelled(_data_root() / "sst2" / "dev.csv", text_column="text", fields=["sentiment"])
+    rows, _ = load_labelled(BANKING_ROWS, text_column="text", fields=["intent"])
     rows = select_rows(rows, limit=8, seed=1)
-    calibration, fits = fit_calibration(engine, rubric, rubric, rows, ["sentiment"], min_probability=0.55)
+    calibration, fits = fit_calibration(engine, rubric, rubric, rows, ["intent"], min_probability=0.55)
     path = Calibration.path_for(rubric_path)
     calibration.save(path)
-    assert path == tmp_path / "sentiment.calibration.json"
+    assert path == tmp_path / "banking77_intent.calibration.json"
     saved = Calibration.load(path)
-    assert saved.fields["sentiment"].temperature == pytest.approx(fits[0].settings.temperature)
+    assert saved.fields["intent"].temperature == pytest.approx(fits[0].settings.temperature)
+    assert saved.fields["intent"].labels == tuple(rubric.field("intent").options)
     assert fits[0].winners_unchanged == fits[0].rows == 8
     texts = [row.text for row in rows]
     plain = engine.decide_many(rubric, texts)
     scaled = engine.decide_many(rubric, texts, calibration=saved.model_copy(
-        update={"fields": {"sentiment": saved.fields["sentiment"].model_copy(update={"min_probability": None})}}))
+        update={"fields": {"intent": saved.fields["intent"].model_copy(update={"min_probability": None})}}))
     for before, after in zip(plain, scaled):
-        assert before.fields["sentiment"].value == after.fields["sentiment"].value
+        assert before.fields["intent"].value == after.fields["intent"].value
