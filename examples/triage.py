@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from decisionflow.declare import ask, decision
+from decisionflow import ask, decision
 
 DEPARTMENTS = {
     "infrastructure_reliability": "outages, downtime, 5xx or gateway errors, latency, capacity; the on-call site reliability team",
