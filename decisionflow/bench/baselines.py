@@ -21,7 +21,8 @@ import os
 import time
 from typing import Any
 
-from ..compiler.prompt import answer_ids, render_input
+from ..compiler.inputs import render_input
+from ..compiler.prompt import answer_ids
 from ..compiler.tree import tree_depths
 from ..errors import Unavailable
 from ..runtime.backend import tree_visibility

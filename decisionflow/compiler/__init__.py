@@ -4,8 +4,9 @@ Needs a tokenizer, never torch: `decisionflow plan --tokens` runs it without loa
 """
 
 from .compiled import CompiledRubric, compile_rubric
+from .inputs import render_input
 from .layout import LAYOUTS, Layout, probe_layout
-from .prompt import PromptParts, render_input, render_prompt, system_text
+from .prompt import PromptParts, render_prompt, system_text
 from .tokens import TokenizerView
 from .trie import CompiledField, ReadMode, TrieNode
 

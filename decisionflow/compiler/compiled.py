@@ -8,8 +8,9 @@ from typing import Any
 
 from ..errors import InputError
 from ..spec.rubric import Rubric
+from .inputs import render_input
 from .layout import Layout, probe_layout
-from .prompt import PromptParts, render_input, render_prompt
+from .prompt import PromptParts, render_prompt
 from .tokens import TokenizerView
 from .trie import CompiledField, ReadMode, compile_field
 
