@@ -61,6 +61,15 @@ class CompiledField:
     mass_tokens: tuple[int, ...]
     """Tokens that start an allowed answer at the root (every tokenisation, not only the canonical)."""
     method: str
+    edges: tuple[tuple[int, int], ...] = ()
+    """Every (read, token) whose probability the readout needs: `read` indexes `read_positions`."""
+    paths: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    """Per spelling of an answer, (answer index, the edges along it): its probability is their product."""
+
+    @property
+    def root_read(self) -> int:
+        """Index in `read_positions` of the root, where the candidate mass is read."""
+        return self.read_positions.index(self.root.position)
 
     @property
     def row_length(self) -> int:
@@ -140,7 +149,10 @@ def compile_field(
     deepest_read = len(read_positions) > 1
     method = "exact" if mode is ReadMode.EXACT else ("branch" if deepest_read else "first_token")
     canonical = {index: tokens for index, tokens in reversed(candidates)}
+    edges, paths = _readout_paths(root, read_positions)
     return CompiledField(
+        edges=edges,
+        paths=paths,
         spec=spec,
         values=values,
         labels=spec.labels,
@@ -153,6 +165,32 @@ def compile_field(
         mass_tokens=_mass_tokens(view, root, [t[stem_length:] for _, t in candidates]),
         method=method,
     )
+
+
+def _readout_paths(
+    root: TrieNode, read_positions: list[int]
+) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, tuple[int, ...]], ...]]:
+    """The trie as the readout walks it: the edges leaving read nodes, and each spelling's path of edges.
+
+    A node that is not read passes its weight on unchanged (every candidate below agrees on the next
+    token, or a single answer is left), so a path multiplies only the probabilities read at forks.
+    """
+    index_of = {position: i for i, position in enumerate(read_positions)}
+    edges: list[tuple[int, int]] = []
+    paths: list[tuple[int, tuple[int, ...]]] = []
+    stack: list[tuple[TrieNode, tuple[int, ...]]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if not node.read:
+            if len(node.values) == 1 and not node.reads_below:
+                paths.append((next(iter(node.values)), path))
+                continue
+            stack.extend((child, path) for child in reversed(node.children.values()))
+            continue
+        for token, child in reversed(node.children.items()):
+            edges.append((index_of[node.position], token))
+            stack.append((child, path + (len(edges) - 1,)))
+    return tuple(edges), tuple(paths)
 
 
 def _common_prefix_length(sequences: list[tuple[int, ...]]) -> int:

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import torch
 
 from ..compiler.tree import tree_chains, tree_depths
-from .branch_attention import branch_attention
+from .branch_attention import branch_attention, fold_mask
 from .forward import KV, DecoderParts, causal_attend, logprobs_at, run_layers
 
 
@@ -144,8 +144,7 @@ class TransformersBackend:
         """
         layout = self.lay_out(head, contexts, packed)
         context_kv = self.gather_contexts(contexts)
-        mask = torch.zeros(layout.visible.shape, dtype=self.dtype)
-        mask = mask.masked_fill_(~layout.visible, torch.finfo(self.dtype).min)[None, None].to(self.device)
+        mask = fold_mask(layout.visible.to(self.device), self.parts.heads // self.parts.kv_heads, self.dtype)
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
             if context_kv is not None:

@@ -38,24 +38,33 @@ def attend_reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return out, lse
 
 
+def fold_mask(visible: torch.Tensor, groups: int, dtype: torch.dtype) -> torch.Tensor:
+    """The additive local mask for queries folded per key/value head: [1, 1, groups * n, L].
+
+    `visible` [n, L] bool says which local keys each query may see. Built once per pass and shared by
+    every layer (the folded query axis repeats the n queries once per query head of a group).
+    """
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask.repeat(groups, 1)[None, None]
+
+
 def branch_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    mask: torch.Tensor,
+    folded_mask: torch.Tensor,
     prefix_key: torch.Tensor,
     prefix_value: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """query [1, Hq, N, D]; key/value [1, Hkv, L, D] (contexts + packed tokens); mask [1, 1, N, L]
-    additive; prefix_key/value [1, Hkv, P, D] seen by every query. Returns [1, Hq, N, D]."""
+    """query [1, Hq, N, D]; key/value [1, Hkv, L, D] (contexts + packed tokens); `folded_mask` from
+    `fold_mask`; prefix_key/value [1, Hkv, P, D] seen by every query. Returns [1, Hq, N, D]."""
     _, heads, n, dim = query.shape
     kv_heads = key.shape[1]
-    groups = heads // kv_heads
-    folded = query.reshape(1, kv_heads, groups * n, dim)
-    local_mask = mask.expand(1, 1, n, mask.shape[-1]).repeat(1, 1, groups, 1) if groups > 1 else mask
+    folded = query.reshape(1, kv_heads, (heads // kv_heads) * n, dim)
     out_prefix, lse_prefix = _attend(folded, prefix_key, prefix_value, None, scale)
-    out_local, lse_local = _attend(folded, key, value, local_mask.to(query.dtype), scale)
+    out_local, lse_local = _attend(folded, key, value, folded_mask, scale)
     top = torch.maximum(lse_prefix, lse_local)
     w_prefix = torch.exp(lse_prefix - top).unsqueeze(-1)
     w_local = torch.exp(lse_local - top).unsqueeze(-1)

@@ -25,7 +25,7 @@ from ..spec.plan import Plan, Round
 from ..spec.rubric import FieldKind, Value
 from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
 from .calibration import Calibration
-from .readout import read_field
+from .readout import read_fields
 from .result import FieldResult
 
 
@@ -139,12 +139,13 @@ def read_round(
 ) -> None:
     """Turn a pass's log-probs into each field's result, and queue each answer's line for the next pass."""
     decided: dict[int, dict[str, int]] = {}
-    row = 0
+    offsets, row = [], 0
     for read in reads:
-        cf = compiled.fields[read.field]
-        by_position = {local: logprobs[row + i] for i, local in enumerate(cf.read_positions)}
+        offsets.append(row)
         row += len(read.positions)
-        reading = read_field(cf, by_position)
+    readings = read_fields(logprobs, [(compiled.fields[r.field], o) for r, o in zip(reads, offsets)])
+    for read, reading in zip(reads, readings):
+        cf = compiled.fields[read.field]
         probabilities, abstained = reading.probabilities, False
         if calibration is not None:
             probabilities, abstained = calibration.apply(read.field, probabilities, reading.candidate_mass)

@@ -1,17 +1,23 @@
-"""The readout: from next-token log-probs at a field's read positions to a distribution over its answers.
+"""The readout: from next-token log-probs at the read positions to a distribution over each field's answers.
 
 Spellings of one answer (`true`, `"true"`) are summed; along a branch the probabilities multiply;
 the result is renormalised over the allowed answers. The candidate mass is the unrenormalised
-probability that the model's next token starts any allowed answer at all.
+probability that the model's next token starts any allowed answer at all (the full-vocabulary
+normaliser is kept: the log-probs are a log-softmax over every token).
+
+Every (position, token) probability a pass needs is fetched with one indexed gather and one transfer
+to the host, whatever the number of fields and labels; the rest is arithmetic on plain floats along
+the paths the compiler precomputed (`CompiledField.edges` and `.paths`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
-from ..compiler import CompiledField, TrieNode
+from ..compiler import CompiledField
 
 
 @dataclass(frozen=True)
@@ -21,30 +27,45 @@ class FieldReading:
     candidate_mass: float
 
 
+def read_fields(logprobs: torch.Tensor, fields: Sequence[tuple[CompiledField, int]]) -> list[FieldReading]:
+    """Readings of many fields from one pass. `logprobs` [reads, vocab]; each field comes with the row
+    of `logprobs` holding its first read position (its reads are consecutive rows, in its own order)."""
+    rows: list[int] = []
+    tokens: list[int] = []
+    for field, offset in fields:
+        rows += [offset + field.root_read] * len(field.mass_tokens)
+        rows += [offset + read for read, _ in field.edges]
+        tokens += field.mass_tokens
+        tokens += [token for _, token in field.edges]
+    index = torch.tensor([rows, tokens], device=logprobs.device)
+    # One gather, one transfer (a device sync on CUDA), in float64 on the host.
+    values = logprobs[index[0], index[1]].double().exp().tolist()
+    readings = []
+    start = 0
+    for field, _ in fields:
+        mass = sum(values[start : start + len(field.mass_tokens)])
+        start += len(field.mass_tokens)
+        edge_probabilities = values[start : start + len(field.edges)]
+        start += len(field.edges)
+        readings.append(_reading(field, edge_probabilities, mass))
+    return readings
+
+
 def read_field(field: CompiledField, logprobs: dict[int, torch.Tensor]) -> FieldReading:
-    """`logprobs` maps each of the field's read positions to its log-probs over the vocabulary."""
-    scores = torch.zeros(len(field.values), dtype=torch.float64)
-    for index, probability in _walk(field.root, logprobs, 1.0):
-        scores[index] += probability
-    root_probs = logprobs[field.root.position].double().exp()
-    mass = float(root_probs[list(field.mass_tokens)].sum())
-    total = float(scores.sum())
+    """One field's reading; `logprobs` maps each of its read positions to log-probs over the vocabulary."""
+    stacked = torch.stack([logprobs[position] for position in field.read_positions])
+    return read_fields(stacked, [(field, 0)])[0]
+
+
+def _reading(field: CompiledField, edge_probabilities: list[float], mass: float) -> FieldReading:
+    scores = [0.0] * len(field.values)
+    for answer, path in field.paths:
+        probability = 1.0
+        for edge in path:
+            probability *= edge_probabilities[edge]
+        scores[answer] += probability
+    total = sum(scores)
     if total <= 0.0:
         # Every path underflowed: fall back to a uniform answer rather than dividing by zero.
-        scores = torch.full_like(scores, 1.0)
-        total = float(scores.sum())
-    return FieldReading(tuple(float(s) / total for s in scores), min(mass, 1.0))
-
-
-def _walk(node: TrieNode, logprobs: dict[int, torch.Tensor], weight: float):
-    if not node.read:
-        if len(node.values) == 1 and not node.reads_below:
-            yield next(iter(node.values)), weight
-            return
-        # A stretch where every candidate agrees on the next token: follow it without reading.
-        for child in node.children.values():
-            yield from _walk(child, logprobs, weight)
-        return
-    row = logprobs[node.position]
-    for token, child in node.children.items():
-        yield from _walk(child, logprobs, weight * float(row[token].double().exp()))
+        scores, total = [1.0] * len(scores), float(len(scores))
+    return FieldReading(tuple(score / total for score in scores), min(mass, 1.0))

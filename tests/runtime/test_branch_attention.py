@@ -23,8 +23,7 @@ def _case(groups: int, n: int = 7, local: int = 11, prefix: int = 37, dim: int =
     pk, pv = torch.randn(1, kv_heads, prefix, dim), torch.randn(1, kv_heads, prefix, dim)
     visible = torch.rand(n, local) > 0.5
     visible[:, 0] = True
-    mask = torch.zeros(n, local).masked_fill_(~visible, torch.finfo(torch.float32).min)[None, None]
-    return q, k, v, mask, pk, pv, visible
+    return q, k, v, ba.fold_mask(visible, groups, torch.float32), pk, pv, visible
 
 
 def _plain(q, k, v, visible, pk, pv, scale):
