@@ -20,6 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..compiler import CompiledRubric, ReadMode, TokenizerView, compile_rubric
@@ -30,7 +31,8 @@ from ..spec.rubric import Rubric
 from .backend import HeadCache, TransformersBackend
 from .calibration import Calibration
 from .executor import RequestState, check_fits, execute
-from .loading import LoadedModel, Status, load_model
+from .head_store import DEFAULT_MAX_BYTES, HeadStore, model_fingerprint
+from .loading import LoadedModel, Status, cache_root, load_model
 from .result import Decision, Stats
 
 Progress = Callable[[int, int], None]
@@ -47,6 +49,10 @@ class EngineOptions:
     """Prepared rubrics (compiled rows and head cache) kept; the least recently used go first."""
     max_head_bytes: int = 2 << 30
     """Bytes of head KV caches kept across prepared rubrics (the one in use is always kept)."""
+    head_store: Path | None = None
+    """A folder where head caches persist across processes (None: memory only)."""
+    head_store_bytes: int = DEFAULT_MAX_BYTES
+    """The persisted heads' byte budget; the least recently used files go first."""
 
 
 @dataclass
@@ -55,6 +61,8 @@ class _Prepared:
     plan: Plan
     head: HeadCache | None = None
     head_ms: float = 0.0
+    head_source: str = ""
+    """How the head was obtained the first time: `prefill` or `disk`."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -72,6 +80,7 @@ class Engine:
         self.view = TokenizerView(loaded.tokenizer)
         self._prepared: OrderedDict[tuple[str, str, bool | None], _Prepared] = OrderedDict()
         self._prepared_lock = threading.Lock()
+        self._store: HeadStore | None = None
 
     @classmethod
     def load(
@@ -83,18 +92,35 @@ class Engine:
         status: Status | None = None,
         mode: ReadMode | str = ReadMode.BRANCH,
         pin_first: bool | None = None,
+        persist_heads: bool = True,
     ) -> Engine:
-        """Load `model` (default: the bundled SmolLM2-135M-Instruct): a folder, a .gguf file or a hub id."""
+        """Load `model` (default: the bundled SmolLM2-135M-Instruct): a folder, a .gguf file or a hub id.
+
+        With `persist_heads` (the default) rubric head caches are kept on disk under the cache
+        folder (`~/.cache/decisionflow/heads`, or `$DECISIONFLOW_CACHE/heads`), so a new process
+        skips the head prefill of a rubric it has seen before.
+        """
         if threads:
             import torch
 
             torch.set_num_threads(threads)
         loaded = load_model(model, dtype=dtype, status=status or (lambda _: None))
-        return cls(loaded, options=EngineOptions(mode=ReadMode(mode), pin_first=pin_first))
+        store = cache_root() / "heads" if persist_heads else None
+        return cls(loaded, options=EngineOptions(mode=ReadMode(mode), pin_first=pin_first, head_store=store))
 
     @property
     def tokenizer(self) -> Any:
         return self.loaded.tokenizer
+
+    @property
+    def head_store(self) -> HeadStore | None:
+        """The disk store of head caches (None when heads are kept in memory only)."""
+        if self._store is None and self.options.head_store is not None:
+            self._store = HeadStore(
+                self.options.head_store, fingerprint=model_fingerprint(self.loaded.model),
+                dtype=self.backend.dtype, max_bytes=self.options.head_store_bytes,
+            )
+        return self._store
 
     def compile(self, target: Any) -> tuple[CompiledRubric, Plan]:
         """The compiled rubric and plan for a decorated class or a Rubric (cached)."""
@@ -176,8 +202,9 @@ class Engine:
                     timings_ms={
                         "total": total_ms,
                         "passes": pass_ms,
-                        **({} if head_hit else {"head_prefill": prepared.head_ms}),
+                        **({} if head_hit else {f"head_{'load' if prepared.head_source == 'disk' else 'prefill'}": prepared.head_ms}),
                     },
+                    head_source="memory" if head_hit else prepared.head_source,
                 )
                 outcomes[index] = self._typed_decision(
                     rubric, model_cls, state, stats, index if len(payloads) > 1 else None
@@ -254,14 +281,23 @@ class Engine:
         return prepared
 
     def _ensure_head(self, prepared: _Prepared) -> bool:
-        """Compute the rubric's head cache once (other threads wait for it); True when it was cached."""
+        """Get the rubric's head cache once (other threads wait for it): from the disk store when it has
+        it, else by a prefill that is then stored. True when it was already in memory."""
         if prepared.head is not None:
             return True
         with prepared.lock:
             if prepared.head is not None:
                 return True
             began = time.perf_counter()
-            prepared.head = self.backend.prefill_head(list(prepared.compiled.head_tokens))
+            tokens = prepared.compiled.head_tokens
+            store = self.head_store
+            head = store.load(tokens, layers=len(self.backend.parts.layers), device=self.backend.device) if store else None
+            prepared.head_source = "disk" if head is not None else "prefill"
+            if head is None:
+                head = self.backend.prefill_head(list(tokens))
+                if store is not None:
+                    store.save(tokens, head)
+            prepared.head = head
             prepared.head_ms = (time.perf_counter() - began) * 1000
         with self._prepared_lock:
             self._evict(keep=next((k for k, p in self._prepared.items() if p is prepared), None))

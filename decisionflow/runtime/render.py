@@ -38,7 +38,7 @@ def decision_table(decision: Any) -> Group:
     s = decision.stats
     footer = Text(
         f"{s.forward_passes} forward passes, {s.tokens_prefilled} tokens prefilled "
-        f"(input {s.input_tokens}, head {s.head_tokens}, head cache {'hit' if s.head_cache_hit else 'miss'}), "
+        f"(input {s.input_tokens}; head {s.head_tokens} tokens, from {s.head_source}), "
         f"{s.timings_ms.get('total', 0):.0f} ms",
         style="dim",
     )

@@ -71,6 +71,8 @@ class Stats:
     batch_size: int = 1
     """Requests that shared these passes."""
     timings_ms: dict[str, float] = field(default_factory=dict)
+    head_source: str = "memory"
+    """Where the rubric's head cache came from for this call: `memory`, `disk` or `prefill`."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

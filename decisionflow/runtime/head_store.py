@@ -1,0 +1,139 @@
+"""Head caches on disk, so a new process does not pay a rubric's head prefill again.
+
+A rubric's head (system turn, catalog, `Input:`) is identical for every request; its keys and values
+cost one forward pass over often thousands of tokens. The store keeps them as safetensors files,
+keyed by everything that determines them: the head's token ids (which already encode the rubric, the
+prompt wording, the chat template and the tokenizer), a fingerprint of the model's weights and
+configuration, the dtype, and the store's format version. A changed rubric, model or template is
+never served a stale head: its key is different.
+
+Files are written atomically (a temporary file renamed into place), loaded memory-mapped, touched on
+use, and evicted oldest-first once the store exceeds its byte budget. A file that cannot be read, or
+does not match the model it is loaded for, is ignored with a `HeadCacheWarning` and removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .backend import HeadCache
+
+FORMAT = 1
+"""Bumped whenever the forward pass could compute different keys or values for the same tokens."""
+DEFAULT_MAX_BYTES = 4 << 30
+
+
+class HeadCacheWarning(UserWarning):
+    """A stored head could not be used; it is recomputed."""
+
+
+def _library_version() -> str:
+    try:
+        return version("decisionflow")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def model_fingerprint(model: Any) -> str:
+    """A cheap content fingerprint of a model: its configuration and a sample of its weights.
+
+    Hashing every weight would cost seconds; a strided sample of the embedding and every norm's
+    weight tells checkpoints apart just as surely for this purpose, in milliseconds.
+    """
+    digest = hashlib.sha256()
+    config = getattr(model, "config", None)
+    to_json = getattr(config, "to_json_string", None)
+    digest.update((to_json(use_diff=False) if to_json else repr(config)).encode())
+    for name, tensor in model.named_parameters():
+        if tensor.ndim == 1 or name.endswith("embed_tokens.weight"):
+            flat = tensor.detach().reshape(-1)
+            sample = flat[:: max(1, flat.numel() // 4096)].float().cpu()
+            digest.update(name.encode())
+            digest.update(sample.numpy().tobytes())
+    return digest.hexdigest()
+
+
+class HeadStore:
+    """A folder of head caches for one model (identified by its fingerprint) and dtype."""
+
+    def __init__(self, folder: str | os.PathLike, *, fingerprint: str, dtype: torch.dtype, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.folder = Path(folder)
+        self.fingerprint = fingerprint
+        self.dtype = dtype
+        self.max_bytes = max_bytes
+
+    def key(self, head_tokens: tuple[int, ...] | list[int]) -> str:
+        identity = {
+            "format": FORMAT,
+            "library": _library_version(),
+            "model": self.fingerprint,
+            "dtype": str(self.dtype),
+            "tokens": list(head_tokens),
+        }
+        return hashlib.sha256(json.dumps(identity, separators=(",", ":")).encode()).hexdigest()[:32]
+
+    def path(self, head_tokens: tuple[int, ...] | list[int]) -> Path:
+        return self.folder / f"{self.key(head_tokens)}.safetensors"
+
+    def load(self, head_tokens: tuple[int, ...] | list[int], *, layers: int, device: torch.device) -> HeadCache | None:
+        """The stored head for these tokens, or None (absent, unreadable or not this model's shape)."""
+        path = self.path(head_tokens)
+        if not path.is_file():
+            return None
+        try:
+            from safetensors.torch import load_file
+
+            tensors = load_file(path, device=str(device))
+            kv = [(tensors[f"k.{i}"], tensors[f"v.{i}"]) for i in range(layers)]
+            if len(tensors) != 2 * layers or any(
+                k.shape[-2] != len(head_tokens) or k.dtype != self.dtype or v.shape != k.shape for k, v in kv
+            ):
+                raise ValueError("its tensors do not match this model's layers, dtype or head length")
+        except Exception as error:  # noqa: BLE001 - a damaged cache file must never fail a request
+            warnings.warn(f"ignoring the stored head {path.name}: {error}", HeadCacheWarning, stacklevel=2)
+            path.unlink(missing_ok=True)
+            return None
+        os.utime(path)  # recently used: evicted last
+        return HeadCache(kv=kv, length=len(head_tokens))
+
+    def save(self, head_tokens: tuple[int, ...] | list[int], head: HeadCache) -> None:
+        """Write atomically, then evict the oldest files beyond the byte budget. Failures only warn."""
+        from safetensors.torch import save_file
+
+        path = self.path(head_tokens)
+        tensors = {}
+        for i, (k, v) in enumerate(head.kv):
+            tensors[f"k.{i}"] = k.detach().contiguous().cpu()
+            tensors[f"v.{i}"] = v.detach().contiguous().cpu()
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            handle, scratch = tempfile.mkstemp(prefix=".head-", suffix=".tmp", dir=self.folder)
+            os.close(handle)
+            try:
+                save_file(tensors, scratch, metadata={"tokens": str(len(head_tokens)), "format": str(FORMAT)})
+                os.replace(scratch, path)
+            finally:
+                Path(scratch).unlink(missing_ok=True)
+            self.evict(keep=path)
+        except OSError as error:
+            warnings.warn(f"could not store the head cache in {self.folder}: {error}", HeadCacheWarning, stacklevel=2)
+
+    def evict(self, *, keep: Path | None = None) -> None:
+        files = sorted(self.folder.glob("*.safetensors"), key=lambda p: p.stat().st_mtime)
+        total = sum(p.stat().st_size for p in files)
+        for file in files:
+            if total <= self.max_bytes:
+                break
+            if file == keep:
+                continue
+            total -= file.stat().st_size
+            file.unlink(missing_ok=True)

@@ -1,0 +1,111 @@
+"""Head caches persisted on disk: reused by a new engine, never served for a changed rubric, template or
+model, and a damaged file costs a warning, not a request."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from decisionflow.runtime.engine import Engine, EngineOptions
+from decisionflow.runtime.head_store import HeadCacheWarning, model_fingerprint
+from decisionflow.runtime.loading import LoadedModel, cache_root
+from decisionflow.spec.rubric import Rubric
+
+pytestmark = pytest.mark.model
+
+ROOT = Path(__file__).resolve().parents[2]
+RUBRIC = Rubric.model_validate({
+    "name": "stored",
+    "instructions": "Route one customer message.",
+    "fields": {
+        "topic": {"kind": "choice", "question": "What it is about", "options": ["delivery", "billing", "account"]},
+        "urgent": {"kind": "boolean", "question": "Whether it is urgent"},
+    },
+})
+TEXT = "I was billed twice this month, please fix it today."
+
+
+def fresh(loaded: LoadedModel, folder: Path, **options) -> Engine:
+    return Engine(loaded, options=EngineOptions(head_store=folder, **options))
+
+
+def test_a_new_engine_reads_the_head_from_disk(engine, tmp_path):
+    first = fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT)
+    assert first.stats.head_source == "prefill" and "head_prefill" in first.stats.timings_ms
+    assert len(list(tmp_path.glob("*.safetensors"))) == 1
+    second = fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT)
+    assert second.stats.head_source == "disk" and "head_load" in second.stats.timings_ms
+    assert second.to_dict()["fields"] == first.to_dict()["fields"]
+    third = fresh(engine.loaded, tmp_path)
+    third.decide(RUBRIC, TEXT)
+    assert third.decide(RUBRIC, TEXT).stats.head_source == "memory"
+
+
+def test_a_changed_rubric_or_template_is_not_served_a_stale_head(engine, tmp_path):
+    fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT)
+    reworded = Rubric.model_validate({**RUBRIC.model_dump(), "instructions": "Route one customer e-mail."})
+    assert fresh(engine.loaded, tmp_path).decide(reworded, TEXT).stats.head_source == "prefill"
+    tokenizer = copy.deepcopy(engine.tokenizer)
+    # ChatML with one visible difference: a blank line after each role.
+    tokenizer.chat_template = (
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n\\n' + message['content'] }}"
+        "{% if not loop.last or not continue_final_message %}{{ '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+    )
+    templated = Engine(LoadedModel(engine.loaded.model, tokenizer, "changed template"),
+                       options=EngineOptions(head_store=tmp_path))
+    compiled, _ = templated.compile(RUBRIC)
+    original, _ = engine.compile(RUBRIC)
+    if compiled.head_tokens == original.head_tokens:
+        pytest.fail("the template change did not change the head; the test needs a visible change")
+    assert templated.decide(RUBRIC, TEXT).stats.head_source == "prefill"
+    assert len(list(tmp_path.glob("*.safetensors"))) == 3
+
+
+def test_a_changed_model_has_another_fingerprint(engine):
+    model = engine.loaded.model
+    altered = copy.deepcopy(model)
+    with torch.no_grad():
+        altered.model.norm.weight[0] += 0.01
+    assert model_fingerprint(altered) != model_fingerprint(model)
+    assert model_fingerprint(copy.deepcopy(model)) == model_fingerprint(model)
+
+
+def test_a_damaged_file_is_ignored_with_a_warning(engine, tmp_path):
+    first = fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT)
+    (stored,) = tmp_path.glob("*.safetensors")
+    stored.write_bytes(b"not a safetensors file")
+    with pytest.warns(HeadCacheWarning, match="ignoring the stored head"):
+        again = fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT)
+    assert again.stats.head_source == "prefill"
+    assert again.to_dict()["fields"] == first.to_dict()["fields"]
+    assert fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT).stats.head_source == "disk"  # rewritten
+
+
+def test_the_store_keeps_within_its_byte_budget(engine, tmp_path):
+    budget = fresh(engine.loaded, tmp_path, head_store_bytes=1)
+    for i in range(3):
+        budget.decide(Rubric.model_validate({**RUBRIC.model_dump(), "name": f"budget_{i}", "instructions": f"Case {i}."}), TEXT)
+    assert len(list(tmp_path.glob("*.safetensors"))) == 1
+
+
+def test_a_second_cold_cli_run_skips_the_head_prefill(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(cache_root() / "models", target_is_directory=True)
+    env = {**os.environ, "DECISIONFLOW_CACHE": str(cache)}
+    command = [sys.executable, "-m", "decisionflow.cli", "run", str(ROOT / "workflows" / "sentiment.yaml"),
+               "--json", "--text", "a gorgeous, witty film"]
+    runs = [subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    first, second = (json.loads(run.stdout) for run in runs)
+    assert first["stats"]["head_source"] == "prefill"
+    assert second["stats"]["head_source"] == "disk"
+    assert second["fields"] == first["fields"]
