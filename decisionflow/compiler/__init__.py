@@ -6,11 +6,11 @@ Needs a tokenizer, never torch: `decisionflow plan --tokens` runs it without loa
 from .compiled import CompiledRubric, compile_rubric
 from .inputs import render_input
 from .layout import LAYOUTS, Layout, probe_layout
-from .prompt import PromptParts, render_prompt, system_text
+from .prompt import Catalog, PromptParts, render_prompt, system_text
 from .tokens import TokenizerView
 from .trie import CompiledField, ReadMode, TrieNode
 
 __all__ = [
-    "LAYOUTS", "CompiledField", "CompiledRubric", "Layout", "PromptParts", "ReadMode", "TokenizerView",
+    "LAYOUTS", "Catalog", "CompiledField", "CompiledRubric", "Layout", "PromptParts", "ReadMode", "TokenizerView",
     "TrieNode", "compile_rubric", "probe_layout", "render_input", "render_prompt", "system_text",
 ]

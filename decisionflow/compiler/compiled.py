@@ -10,7 +10,7 @@ from ..errors import InputError
 from ..spec.rubric import Rubric
 from .inputs import render_input
 from .layout import Layout, probe_layout
-from .prompt import PromptParts, render_prompt
+from .prompt import Catalog, PromptParts, render_prompt
 from .tokens import TokenizerView
 from .trie import CompiledField, ReadMode, compile_field
 
@@ -54,10 +54,13 @@ class CompiledRubric:
         }
 
 
-def compile_rubric(tokenizer: Any, rubric: Rubric, *, mode: ReadMode = ReadMode.BRANCH, view: TokenizerView | None = None) -> CompiledRubric:
+def compile_rubric(
+    tokenizer: Any, rubric: Rubric, *, mode: ReadMode = ReadMode.BRANCH, view: TokenizerView | None = None,
+    catalog: Catalog = Catalog.FULL,
+) -> CompiledRubric:
     view = view or TokenizerView(tokenizer)
-    layout = probe_layout(view, lambda lay: render_prompt(tokenizer, rubric, opener=lay.opener))
-    parts = render_prompt(tokenizer, rubric, opener=layout.opener)
+    layout = probe_layout(view, lambda lay: render_prompt(tokenizer, rubric, opener=lay.opener, catalog=catalog))
+    parts = render_prompt(tokenizer, rubric, opener=layout.opener, catalog=catalog)
     anchor_ids = view.encode(parts.tail)
     fields = {
         spec.name: compile_field(

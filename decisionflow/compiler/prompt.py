@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from ..errors import ModelError
@@ -24,6 +25,33 @@ PREAMBLE = (
     "Read the input and fill in a JSON object with exactly the keys listed below. "
     "Every value must be copied exactly from that key's allowed options."
 )
+
+
+class Catalog(str, Enum):
+    """How much of a choice field's options the prompt's catalog lists (booleans and scores always list theirs)."""
+
+    FULL = "full"
+    """Every label, and each option's description."""
+    LABELS = "labels"
+    """Every label, without descriptions."""
+    NONE = "none"
+    """The key and its question only: the allowed answers are enforced by the trie alone."""
+    AUTO = "auto"
+    """By size: FULL up to `AUTO_FULL_MAX` options, LABELS up to `AUTO_LABELS_MAX`, NONE above."""
+
+
+AUTO_FULL_MAX = 100
+AUTO_LABELS_MAX = 100
+
+
+def catalog_for(spec: FieldSpec, answer_format: AnswerFormat, catalog: Catalog) -> Catalog:
+    """The catalog a field gets: ids need their list (the model must see which id is which)."""
+    if spec.kind is not FieldKind.CHOICE or answer_format is AnswerFormat.IDS:
+        return Catalog.FULL
+    if catalog is Catalog.AUTO:
+        count = len(spec.values)
+        return Catalog.FULL if count <= AUTO_FULL_MAX else Catalog.LABELS if count <= AUTO_LABELS_MAX else Catalog.NONE
+    return catalog
 
 
 def answer_ids(count: int) -> list[str]:
@@ -48,13 +76,16 @@ def value_literal(spec: FieldSpec, value: Any, answer_format: AnswerFormat) -> s
     return json.dumps(value, ensure_ascii=False)
 
 
-def catalog_entry(spec: FieldSpec, answer_format: AnswerFormat) -> str:
+def catalog_entry(spec: FieldSpec, answer_format: AnswerFormat, catalog: Catalog = Catalog.FULL) -> str:
     question = spec.question.rstrip(". ")
     head = f'- "{spec.name}": {question}.'
     if spec.kind is FieldKind.BOOLEAN:
         return f"{head} Allowed: true | false"
+    catalog = catalog_for(spec, answer_format, catalog)
+    if catalog is Catalog.NONE:
+        return head
     allowed = " | ".join(value_literal(spec, v, answer_format) for v in spec.values)
-    described = [v for v in spec.values if spec.description_of(v)]
+    described = [v for v in spec.values if spec.description_of(v)] if catalog is Catalog.FULL else []
     if answer_format is AnswerFormat.IDS and spec.kind is FieldKind.CHOICE:
         ids = answer_ids(len(spec.values))
         lines = [f"{head} Answer with the id of the option. Allowed: {allowed}"]
@@ -68,10 +99,10 @@ def catalog_entry(spec: FieldSpec, answer_format: AnswerFormat) -> str:
     return "\n".join(lines)
 
 
-def system_text(rubric: Rubric) -> str:
+def system_text(rubric: Rubric, catalog: Catalog = Catalog.FULL) -> str:
     parts = [rubric.instructions.strip()] if rubric.instructions.strip() else []
     parts.append(PREAMBLE)
-    parts.append("Keys:\n" + "\n".join(catalog_entry(s, rubric.answer_format) for s in rubric))
+    parts.append("Keys:\n" + "\n".join(catalog_entry(s, rubric.answer_format, catalog) for s in rubric))
     return "\n\n".join(parts)
 
 
@@ -83,12 +114,12 @@ class PromptParts:
     """Everything after the input, ending with the opener of the JSON object."""
 
 
-def render_prompt(tokenizer: Any, rubric: Rubric, *, opener: str) -> PromptParts:
+def render_prompt(tokenizer: Any, rubric: Rubric, *, opener: str, catalog: Catalog = Catalog.FULL) -> PromptParts:
     """Render the rubric's prompt through the model's chat template and split it around the input."""
     if not getattr(tokenizer, "chat_template", None):
         raise ModelError("the tokenizer has no chat template; decisionflow needs an instruction-tuned chat model")
     messages = [
-        {"role": "system", "content": system_text(rubric)},
+        {"role": "system", "content": system_text(rubric, catalog)},
         {"role": "user", "content": "Input:\n" + _INPUT_SENTINEL},
         {"role": "assistant", "content": _OPENER_SENTINEL},
     ]

@@ -95,10 +95,21 @@ def tree_visibility(
 
 
 @dataclass(frozen=True)
+class RequestBlock:
+    """One request's share of a pass: its tokens are `start..stop-1` of the pass, contiguous."""
+
+    request: int
+    start: int
+    stop: int
+    visible: torch.Tensor
+    """[tokens, context + tokens] bool: its whole context, then the tree among its own tokens."""
+
+
+@dataclass(frozen=True)
 class PassLayout:
     positions: list[int]
-    visible: torch.Tensor
-    """[n, contexts + n] bool; the head is seen by every token and is not in it."""
+    blocks: list[RequestBlock]
+    """Per request present in the pass; a token sees only its own request's keys (and the head)."""
 
 
 class TransformersBackend:
@@ -143,15 +154,27 @@ class TransformersBackend:
         Returns log-probs over the vocabulary at `read_positions`: [len(read_positions), vocab].
         """
         layout = self.lay_out(head, contexts, packed)
-        context_kv = self.gather_contexts(contexts)
-        mask = fold_mask(layout.visible.to(self.device), self.parts.heads // self.parts.kv_heads, self.dtype)
+        groups = self.parts.heads // self.parts.kv_heads
+        masks = [fold_mask(block.visible.to(self.device), groups, self.dtype) for block in layout.blocks]
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-            if context_kv is not None:
-                k = torch.cat([context_kv[layer][0], k], dim=-2)
-                v = torch.cat([context_kv[layer][1], v], dim=-2)
+            # Request by request: a token never attends to another request's keys, so the local part
+            # costs the sum of each request's size squared, not the whole pass's size squared.
             prefix_key, prefix_value = head.kv[layer]
-            return branch_attention(q, k, v, mask, prefix_key, prefix_value, scale)
+            if len(layout.blocks) == 1 and contexts[layout.blocks[0].request].kv is None:
+                return branch_attention(q, k, v, masks[0], prefix_key, prefix_value, scale)
+            out = torch.empty_like(q)
+            for block, mask in zip(layout.blocks, masks):
+                keys, values = k[:, :, block.start : block.stop], v[:, :, block.start : block.stop]
+                context = contexts[block.request].kv
+                if context is not None:
+                    keys = torch.cat([context[layer][0], keys], dim=-2)
+                    values = torch.cat([context[layer][1], values], dim=-2)
+                query = q[:, :, block.start : block.stop].contiguous()
+                out[:, :, block.start : block.stop] = branch_attention(
+                    query, keys, values, mask, prefix_key, prefix_value, scale
+                )
+            return out
 
         ids = torch.tensor(packed.tokens, device=self.device)
         positions = torch.tensor(layout.positions, device=self.device)
@@ -162,27 +185,27 @@ class TransformersBackend:
 
     @staticmethod
     def lay_out(head: HeadCache, contexts: list[RequestContext], packed: PackedPass) -> PassLayout:
-        """Position ids and the tree's visibility for a pass: roots hang off their request's context."""
-        offsets = [0]
-        for context in contexts:
-            offsets.append(offsets[-1] + context.length)
-        roots_see = [(offsets[r], offsets[r + 1]) for r in packed.requests]
-        visible = tree_visibility(packed.parents, roots_see, offsets[-1])
+        """Position ids, and per request its block of tokens with their visibility (roots hang off the
+        request's context; every other token off its parent)."""
         depths = tree_depths(packed.parents)
         positions = [head.length + contexts[r].length + d for r, d in zip(packed.requests, depths)]
-        return PassLayout(positions, visible)
-
-    @staticmethod
-    def gather_contexts(contexts: list[RequestContext]) -> KV | None:
-        """Every request's earlier keys and values, side by side in request order (None if none yet)."""
-        with_context = [c.kv for c in contexts if c.kv is not None]
-        if not with_context:
-            return None
-        layers = len(with_context[0])
-        return [
-            (torch.cat([kv[i][0] for kv in with_context], dim=-2), torch.cat([kv[i][1] for kv in with_context], dim=-2))
-            for i in range(layers)
-        ]
+        blocks: list[RequestBlock] = []
+        start = 0
+        while start < len(packed):
+            request = packed.requests[start]
+            stop = start
+            while stop < len(packed) and packed.requests[stop] == request:
+                stop += 1
+            if any(b.request == request for b in blocks):
+                raise ValueError(f"request {request}'s tokens are not contiguous in the pass")
+            width = contexts[request].length
+            local = [p - start if p >= 0 else -1 for p in packed.parents[start:stop]]
+            if any(p >= 0 and not start <= p < stop for p in packed.parents[start:stop]):
+                raise ValueError(f"a token of request {request} has a parent in another request")
+            visible = tree_visibility(local, [(0, width)] * (stop - start), width)
+            blocks.append(RequestBlock(request, start, stop, visible))
+            start = stop
+        return PassLayout(positions, blocks)
 
     def keep_tokens(self, contexts: list[RequestContext], packed: PackedPass, new_kv: KV) -> None:
         """Append each request's kept tokens (its input, written answers) to its context."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ..compiler import CompiledRubric, ReadMode, TokenizerView, compile_rubric
+from ..compiler import Catalog, CompiledRubric, ReadMode, TokenizerView, compile_rubric
 from ..errors import DecisionflowError, ResultError
 from ..spec.declare import rubric_of, typed_model
 from ..spec.plan import Plan, make_plan
@@ -41,6 +41,8 @@ Progress = Callable[[int, int], None]
 @dataclass(frozen=True)
 class EngineOptions:
     mode: ReadMode = ReadMode.BRANCH
+    catalog: Catalog = Catalog.FULL
+    """How much of each choice field's options the prompt lists (see `compiler.prompt.Catalog`)."""
     pin_first: bool | None = None
     """None: follow each rubric's own setting."""
     max_batch_tokens: int = 4096
@@ -78,7 +80,7 @@ class Engine:
         self.backend = TransformersBackend(loaded.model)
         self.options = options or EngineOptions()
         self.view = TokenizerView(loaded.tokenizer)
-        self._prepared: OrderedDict[tuple[str, str, bool | None], _Prepared] = OrderedDict()
+        self._prepared: OrderedDict[tuple[str, str, str, bool | None], _Prepared] = OrderedDict()
         self._prepared_lock = threading.Lock()
         self._store: HeadStore | None = None
 
@@ -265,13 +267,13 @@ class Engine:
         return Decision(rubric=rubric.name, value=value, fields=ordered, stats=stats)
 
     def _prepare(self, rubric: Rubric) -> _Prepared:
-        key = (rubric.key, self.options.mode.value, self.options.pin_first)
+        key = (rubric.key, self.options.mode.value, self.options.catalog.value, self.options.pin_first)
         with self._prepared_lock:
             prepared = self._prepared.get(key)
             if prepared is not None:
                 self._prepared.move_to_end(key)
                 return prepared
-        compiled = compile_rubric(self.tokenizer, rubric, mode=self.options.mode, view=self.view)
+        compiled = compile_rubric(self.tokenizer, rubric, mode=self.options.mode, view=self.view, catalog=self.options.catalog)
         plan = make_plan(rubric, pin_first=self.options.pin_first)
         with self._prepared_lock:
             # Another thread may have prepared the same rubric meanwhile: keep the first one.
