@@ -6,9 +6,11 @@ ancestors among the packed tokens (a tree described by parent pointers); its pos
 from where its parent ends. The head's keys and values are computed once and read by every pass
 through branch attention; logits are projected only at the requested read positions.
 
-One pass runs as four named phases: `lay_out` (positions and the tree's visibility), `gather_contexts`
-(the requests' earlier tokens), the decoder stack (`forward.run_layers`), and `keep_tokens` (the
-tokens a request keeps join its context).
+One pass runs as three named phases: `lay_out` (positions, and per request its block of tokens with
+the tree's visibility), the decoder stack (`forward.run_layers`, attending request by request), and
+`keep_tokens` (the tokens a request keeps join its context). A token never sees another request's
+keys, so the local attention is computed block by block: its cost grows with the sum of the
+requests' squared sizes, not with the square of the whole pass.
 """
 
 from __future__ import annotations
