@@ -359,7 +359,9 @@ def conditions(engine: Any, *, threads: int, dtype: str, repeats: int, slow_repe
             versions[package] = "not installed"
     return {
         "model": engine.loaded.name,
+        "device": str(engine.backend.device),
         "dtype": dtype,
+        "kernels": engine.backend.kernels,
         "threads": threads,
         "cpu": cpu,
         "cpu_count": os.cpu_count(),

@@ -12,7 +12,7 @@ import typer
 from ..bench.presets import default_data_dir
 from ..bench.runner import METHODS
 from ..bench.workloads import build_workloads
-from .common import say, stderr
+from .common import DeviceOption, DtypeOption, say, stderr
 
 
 def bench_command(
@@ -25,7 +25,8 @@ def bench_command(
     workloads: Annotated[str | None, typer.Option(help="Comma-separated workload names to keep.", show_default=False)] = None,
     model: Annotated[str | None, typer.Option(help="A local model folder, a .gguf file or a hub id (default: the bundled model).", show_default=False)] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="torch threads (default: torch's own choice; use 1 on a machine shared with other CPU-heavy jobs).", show_default=False)] = None,
-    dtype: Annotated[str, typer.Option(help="Model dtype.")] = "float32",
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
 ) -> None:
     """Compare decisionflow with JSON generation, grammar-constrained generation and row-scoring baselines."""
     err = stderr()
@@ -62,9 +63,10 @@ def bench_command(
     from ..runtime.engine import Engine
 
     with err.status("loading the model"):
-        engine = Engine.load(model, dtype=dtype, threads=threads)
+        engine = Engine.load(model, device=device, dtype=dtype, threads=threads)
     log = lambda message: say(err, message)  # noqa: E731
-    settings = conditions(engine, threads=torch.get_num_threads(), dtype=dtype, repeats=repeats, slow_repeats=slow_repeats)
+    settings = conditions(engine, threads=torch.get_num_threads(), dtype=str(engine.backend.dtype).removeprefix("torch."),
+                          repeats=repeats, slow_repeats=slow_repeats)
 
     def save(rows: list[dict[str, Any]], *, complete: bool = False) -> None:
         # Written after every workload, so a long run interrupted midway still leaves its results.

@@ -16,6 +16,7 @@ from rich.console import Console
 from ..errors import DecisionflowError, RubricError, outcome_of
 from ..spec.references import YAML_SUFFIXES, resolve_rubric, resolve_target
 from ..spec.rubric import Rubric
+from ..spec.text import one_line
 
 T = TypeVar("T")
 
@@ -32,6 +33,12 @@ ModelOption = Annotated[
     typer.Option(help="A local model folder, a .gguf file or a hub id (default: the bundled SmolLM2-135M-Instruct).", show_default=False),
 ]
 ThreadsOption = Annotated[int | None, typer.Option(min=1, help="CPU threads for torch.", show_default=False)]
+DeviceOption = Annotated[
+    str, typer.Option(help="auto (a CUDA device when there is one, else the CPU), cpu, cuda or cuda:N.")
+]
+DtypeOption = Annotated[
+    str, typer.Option(help="auto (bfloat16 on CUDA, float32 on the CPU), float32, bfloat16 or float16.")
+]
 ExactOption = Annotated[bool, typer.Option("--exact", help="Score whole answers, line ending included, instead of reading only where answers fork.")]
 
 
@@ -67,12 +74,21 @@ def guarded(ctx: typer.Context, err: Console, action: Callable[[], T]) -> T:
         raise typer.Exit(outcome_of(error).exit_code if isinstance(error, DecisionflowError) else 1) from None
 
 
+PROBLEMS_SHOWN = 20
+"""Problems printed per rubric; a broken file can hold thousands, and the first ones say what to fix."""
+
+
 def report_problems(ctx: typer.Context, error: RubricError, err: Console) -> None:
-    """One line per problem on stderr; `--debug` lets the exception through instead."""
+    """One line per problem on stderr, at most `PROBLEMS_SHOWN` per rubric and then a count of the
+    rest; `--debug` lets the exception through instead."""
     if ctx.obj.debug:
         raise error
-    for problem in error.problems:
-        say(err, str(problem))
+    for problem in error.problems[:PROBLEMS_SHOWN]:
+        say(err, one_line(str(problem)))
+    rest = len(error.problems) - PROBLEMS_SHOWN
+    if rest > 0:
+        source = one_line(error.problems[0].source)
+        say(err, f"{source}: {count(rest, 'more problem')} not shown (fix the ones above and validate again)")
 
 
 def load_target(ctx: typer.Context, ref: str, err: Console) -> Any:
@@ -90,7 +106,7 @@ def load_rubric_or_report(ctx: typer.Context, ref: str, err: Console) -> Rubric 
     except Exception as error:  # noqa: BLE001 - one line, not a traceback, unless --debug
         if ctx.obj.debug:
             raise
-        say(err, f"{ref}: {type(error).__name__}: {error} (run with --debug for the traceback)")
+        say(err, one_line(f"{ref}: cannot load the rubric: {type(error).__name__}: {error} (run with --debug for the traceback)"))
         return None
 
 
@@ -104,7 +120,10 @@ def calibration_beside(rubric_ref: str) -> Any:
     return Calibration.load(path) if path.is_file() else None
 
 
-def load_engine(err: Console, *, model: str | None, exact: bool = False, pin: bool | None = None, threads: int | None = None) -> Any:
+def load_engine(
+    err: Console, *, model: str | None, exact: bool = False, pin: bool | None = None, threads: int | None = None,
+    device: str = "auto", dtype: str = "auto",
+) -> Any:
     """Load the engine with a status line saying what is happening (converting, reading the cache)."""
     from transformers.utils import logging as transformers_logging
 
@@ -113,6 +132,6 @@ def load_engine(err: Console, *, model: str | None, exact: bool = False, pin: bo
     transformers_logging.disable_progress_bar()  # the status line says what is loading
     with err.status("loading the model") as status:
         return Engine.load(
-            model, threads=threads, mode="exact" if exact else "branch", pin_first=pin,
+            model, device=device, dtype=dtype, threads=threads, mode="exact" if exact else "branch", pin_first=pin,
             status=lambda message: status.update(message),
         )

@@ -24,6 +24,8 @@ from ..quality.labelled import (
 )
 from ..spec.references import YAML_SUFFIXES
 from .common import (
+    DeviceOption,
+    DtypeOption,
     ModelOption,
     ThreadsOption,
     calibration_beside,
@@ -83,6 +85,8 @@ def eval_command(
     baseline: Annotated[bool, typer.Option("--baseline", help="Also score unconstrained greedy JSON generation on the same rows (slow).")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write eval.json, eval.md, rows.jsonl and reliability.png here.", show_default=False)] = None,
     model: ModelOption = None,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:
     """Score a rubric against labelled data: accuracy, macro-F1, calibration error, abstention."""
@@ -96,7 +100,7 @@ def eval_command(
     if base is not None:
         guarded(ctx, err, lambda: base.check(rubric))
     calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
-    engine = guarded(ctx, err, lambda: _engine(err, model, threads))
+    engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype))
     with _progress_bars(err) as progress_for:
         run = guarded(ctx, err, lambda: evaluate(
             engine, target, rubric, chosen, fields[0], calibration=calibration, shuffle_orders=shuffle_options,
@@ -142,6 +146,8 @@ def calibrate_command(
         typer.Option("--output", help="Where to save the calibration (default: beside a YAML rubric; required for module:Class).", show_default=False),
     ] = None,
     model: ModelOption = None,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:
     """Fit a per-field temperature (and abstention thresholds) on labelled data and save it beside the rubric."""
@@ -161,7 +167,7 @@ def calibrate_command(
     fields = guarded(ctx, err, lambda: resolve_fields(rubric, field))
     chosen = guarded(ctx, err, lambda: _rows(data, text_column, fields, label_column, rows, limit, seed))
     existing = guarded(ctx, err, lambda: _existing_calibration(output, rubric))
-    engine = guarded(ctx, err, lambda: _engine(err, model, threads))
+    engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype))
     with _progress_bars(err) as progress_for:
         calibration, fits = guarded(ctx, err, lambda: fit_calibration(
             engine, target, rubric, chosen, fields, min_mass=min_mass, min_probability=min_probability,
@@ -223,8 +229,8 @@ def _calibration(rubric_ref: str, path: Path | None):
     return Calibration.load(path)
 
 
-def _engine(err: Console, model: str | None, threads: int | None):
-    return load_engine(err, model=model, threads=threads)
+def _engine(err: Console, model: str | None, threads: int | None, device: str, dtype: str):
+    return load_engine(err, model=model, threads=threads, device=device, dtype=dtype)
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import torch
 
 from ..compiler.tree import tree_chains, tree_depths
-from .branch_attention import branch_attention, fold_mask
+from .branch_attention import attention_path, branch_attention, fold_mask
 from .forward import KV, DecoderParts, causal_attend, logprobs_at, run_layers
 
 
@@ -127,6 +127,7 @@ class TransformersBackend:
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+        self.kernels = "torch+" + attention_path(self.device)
 
     @torch.inference_mode()
     def prefill_head(self, tokens: list[int]) -> HeadCache:

@@ -20,6 +20,11 @@ import torch
 _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
+def attention_path(device: torch.device) -> str:
+    """Which implementation `_attend` uses on `device`, as stats report it."""
+    return "cpu-flash" if device.type == "cpu" and _CPU_FLASH is not None else "reference"
+
+
 def _attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float):
     """Attention with its log-sum-exp. query [1, Hkv, Q, D]; key/value [1, Hkv, K, D]; mask [1, 1, Q, K] additive."""
     if query.device.type == "cpu" and _CPU_FLASH is not None:

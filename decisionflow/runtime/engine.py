@@ -89,7 +89,8 @@ class Engine:
         cls,
         model: str | None = None,
         *,
-        dtype: str = "float32",
+        device: str = "auto",
+        dtype: str = "auto",
         threads: int | None = None,
         status: Status | None = None,
         mode: ReadMode | str = ReadMode.BRANCH,
@@ -97,6 +98,10 @@ class Engine:
         persist_heads: bool = True,
     ) -> Engine:
         """Load `model` (default: the bundled SmolLM2-135M-Instruct): a folder, a .gguf file or a hub id.
+
+        `device`: `auto` (the first CUDA device when there is one, else the CPU), `cpu`, `cuda` or
+        `cuda:N`. `dtype`: `auto` (bfloat16 on CUDA, float16 where bfloat16 is unsupported, float32 on
+        the CPU), `float32`, `bfloat16` or `float16`.
 
         With `persist_heads` (the default) rubric head caches are kept on disk under the cache
         folder (`~/.cache/decisionflow/heads`, or `$DECISIONFLOW_CACHE/heads`), so a new process
@@ -106,7 +111,7 @@ class Engine:
             import torch
 
             torch.set_num_threads(threads)
-        loaded = load_model(model, dtype=dtype, status=status or (lambda _: None))
+        loaded = load_model(model, dtype=dtype, device=device, status=status or (lambda _: None))
         store = cache_root() / "heads" if persist_heads else None
         return cls(loaded, options=EngineOptions(mode=ReadMode(mode), pin_first=pin_first, head_store=store))
 
@@ -207,6 +212,9 @@ class Engine:
                         **({} if head_hit else {f"head_{'load' if prepared.head_source == 'disk' else 'prefill'}": prepared.head_ms}),
                     },
                     head_source="memory" if head_hit else prepared.head_source,
+                    device=str(self.backend.device),
+                    dtype=str(self.backend.dtype).removeprefix("torch."),
+                    kernels=self.backend.kernels,
                 )
                 outcomes[index] = self._typed_decision(
                     rubric, model_cls, state, stats, index if len(payloads) > 1 else None

