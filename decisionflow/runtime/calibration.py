@@ -27,6 +27,8 @@ class FieldCalibration(BaseModel):
     min_probability: float | None = Field(default=None, ge=0, le=1)
     labels: tuple[str, ...] | None = None
     """The field's labels when it was fitted; a rubric whose field offers other labels is refused."""
+    prior: tuple[float, ...] | None = None
+    """A domain prior over `labels` (mean distribution over unlabelled in-domain inputs) to divide by."""
 
 
 class Calibration(BaseModel):
@@ -70,6 +72,16 @@ class Calibration(BaseModel):
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+
+    def priors(self, rubric: Rubric) -> dict[str, tuple[float, ...]]:
+        """The domain priors this calibration holds, each in the order of the rubric field's labels."""
+        found = {}
+        for name, settings in self.fields.items():
+            if settings.prior is None or settings.labels is None or name not in rubric.fields:
+                continue
+            by_label = dict(zip(settings.labels, settings.prior))
+            found[name] = tuple(by_label[label] for label in rubric.fields[name].labels)
+        return found
 
     def apply(self, field: str, probabilities: tuple[float, ...], candidate_mass: float) -> tuple[tuple[float, ...], bool]:
         """The field's calibrated distribution and whether it abstains."""

@@ -30,6 +30,7 @@ from ..spec.plan import Plan, make_plan
 from ..spec.rubric import Rubric
 from .backend import HeadCache, TransformersBackend
 from .calibration import Calibration
+from .debias import CONTENT_FREE_INPUTS, Debias, Priors, mean_distribution
 from .executor import RequestState, check_fits, execute
 from .head_store import DEFAULT_MAX_BYTES, HeadStore, model_fingerprint
 from .loading import LoadedModel, Status, cache_root, load_model
@@ -43,6 +44,8 @@ class EngineOptions:
     mode: ReadMode = ReadMode.BRANCH
     catalog: Catalog = Catalog.FULL
     """How much of each choice field's options the prompt lists (see `compiler.prompt.Catalog`)."""
+    debias: Debias = Debias.NONE
+    """The readout's bias correction (see `runtime.debias`); a call may override it."""
     pin_first: bool | None = None
     """None: follow each rubric's own setting."""
     max_batch_tokens: int = 4096
@@ -65,7 +68,10 @@ class _Prepared:
     head_ms: float = 0.0
     head_source: str = ""
     """How the head was obtained the first time: `prefill` or `disk`."""
+    content_free: dict[str, tuple[float, ...]] | None = None
+    """Per field, its mean distribution over content-free inputs (the contextual-calibration prior)."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    prior_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def head_bytes(self) -> int:
@@ -134,9 +140,11 @@ class Engine:
         prepared = self._prepare(rubric_of(target))
         return prepared.compiled, prepared.plan
 
-    def decide(self, target: Any, payload: Any, *, calibration: Calibration | None = None) -> Decision:
+    def decide(
+        self, target: Any, payload: Any, *, calibration: Calibration | None = None, debias: Debias | str | None = None
+    ) -> Decision:
         """Decide every field of `target` (a decorated class or a Rubric) for one input."""
-        return self.decide_many(target, [payload], calibration=calibration)[0]
+        return self.decide_many(target, [payload], calibration=calibration, debias=debias)[0]
 
     def decide_many(
         self,
@@ -145,15 +153,17 @@ class Engine:
         *,
         progress: Progress | None = None,
         calibration: Calibration | None = None,
+        debias: Debias | str | None = None,
     ) -> list[Decision]:
         """Decide many inputs of one rubric, several packed into each forward pass.
 
         Every input is checked before any pass runs: the first bad one raises its error, with
         `error.input_index` (and the message) naming it. `calibration` rescales each field's
-        distribution and makes fields abstain below its thresholds.
+        distribution and makes fields abstain below its thresholds. `debias` overrides the engine's
+        readout correction for this call (see `runtime.debias`).
         """
         payloads = list(payloads)
-        outcomes = self._decide(target, payloads, progress=progress, calibration=calibration, fail_fast=True)
+        outcomes = self._decide(target, payloads, progress=progress, calibration=calibration, debias=debias, fail_fast=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -166,6 +176,7 @@ class Engine:
         *,
         progress: Progress | None = None,
         calibration: Calibration | None = None,
+        debias: Debias | str | None = None,
     ) -> list[Decision | DecisionflowError]:
         """Like `decide_many`, but a bad input does not stop the others: per input, its decision or its error.
 
@@ -174,19 +185,22 @@ class Engine:
         are still packed together. Errors that concern the whole rubric (it cannot be compiled, a
         calibration that does not fit it) are raised.
         """
-        return self._decide(target, list(payloads), progress=progress, calibration=calibration, fail_fast=False)
+        return self._decide(
+            target, list(payloads), progress=progress, calibration=calibration, debias=debias, fail_fast=False
+        )
 
     # -- phases -------------------------------------------------------------------------------
 
     def _decide(
         self, target: Any, payloads: list[Any], *, progress: Progress | None,
-        calibration: Calibration | None, fail_fast: bool,
+        calibration: Calibration | None, debias: Debias | str | None, fail_fast: bool,
     ) -> list[Decision | DecisionflowError]:
         rubric = rubric_of(target)
         if calibration is not None:
             calibration.check(rubric)
         model_cls = typed_model(target)
         prepared = self._prepare(rubric)
+        priors = self._priors(prepared, rubric, Debias(debias or self.options.debias), calibration)
         outcomes: list[Decision | DecisionflowError | None] = [None] * len(payloads)
         tokens = self._admit(prepared.compiled, payloads, outcomes, fail_fast=fail_fast)
         admitted = [i for i, t in enumerate(tokens) if t is not None]
@@ -196,7 +210,7 @@ class Engine:
             indexes = [admitted[b] for b in batch]
             began = time.perf_counter()
             states = [RequestState(input_tokens=tokens[i]) for i in indexes]  # type: ignore[arg-type]
-            pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states, calibration)  # type: ignore[arg-type]
+            pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states, calibration, priors)  # type: ignore[arg-type]
             total_ms = (time.perf_counter() - began) * 1000
             for index, state in zip(indexes, states):
                 stats = Stats(
@@ -273,6 +287,37 @@ class Engine:
             refused.input_index = index
             return refused
         return Decision(rubric=rubric.name, value=value, fields=ordered, stats=stats)
+
+    def _priors(self, prepared: _Prepared, rubric: Rubric, debias: Debias, calibration: Calibration | None) -> Priors | None:
+        """The priors a call divides by: content-free ones estimated once per rubric, or the domain
+        priors a calibration file carries (which win for the fields they cover)."""
+        if debias is Debias.NONE:
+            return None
+        fields: dict[str, tuple[Debias, tuple[float, ...]]] = {}
+        if debias is Debias.CONTENT_FREE:
+            fields.update((name, (Debias.CONTENT_FREE, prior)) for name, prior in self._content_free_prior(prepared, rubric).items())
+        if calibration is not None:
+            fields.update((name, (Debias.DOMAIN, prior)) for name, prior in calibration.priors(rubric).items())
+        return Priors(fields) if fields else None
+
+    def _content_free_prior(self, prepared: _Prepared, rubric: Rubric) -> dict[str, tuple[float, ...]]:
+        """Each field's mean distribution over the content-free inputs, computed once per rubric."""
+        if prepared.content_free is not None:
+            return prepared.content_free
+        with prepared.prior_lock:
+            if prepared.content_free is None:
+                outcomes = self._decide(rubric, list(CONTENT_FREE_INPUTS), progress=None, calibration=None,
+                                        debias=Debias.NONE, fail_fast=False)
+                decided = [o for o in outcomes if isinstance(o, Decision)]
+                priors = {}
+                for name, spec in rubric.fields.items():
+                    seen = [tuple(d.fields[name].probabilities[label] for label in spec.labels)
+                            for d in decided if d.fields[name].asked]
+                    prior = mean_distribution(seen)
+                    if prior is not None:
+                        priors[name] = prior
+                prepared.content_free = priors
+        return prepared.content_free
 
     def _prepare(self, rubric: Rubric) -> _Prepared:
         key = (rubric.key, self.options.mode.value, self.options.catalog.value, self.options.pin_first)

@@ -25,6 +25,7 @@ from ..spec.plan import Plan, Round
 from ..spec.rubric import FieldKind, Value
 from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
 from .calibration import Calibration
+from .debias import Debias, Priors
 from .readout import read_fields
 from .result import FieldResult
 
@@ -79,8 +80,13 @@ def execute(
     head: HeadCache,
     requests: list[RequestState],
     calibration: Calibration | None = None,
+    priors: Priors | None = None,
 ) -> float:
-    """Decide every field of every request in place; return the milliseconds spent in passes."""
+    """Decide every field of every request in place; return the milliseconds spent in passes.
+
+    `priors` debias each field's distribution before its answer is chosen; `calibration` then rescales
+    it and makes it abstain below its thresholds (the candidate mass it judges stays the raw one).
+    """
     spent = 0.0
     for round_ in plan.rounds:
         packed, reads = pack_round(compiled, round_, requests)
@@ -89,7 +95,7 @@ def execute(
         began = time.perf_counter()
         logprobs = backend.run_pass(head, [s.context for s in requests], packed, [p for r in reads for p in r.positions])
         spent += (time.perf_counter() - began) * 1000
-        read_round(compiled, round_, requests, reads, logprobs, calibration)
+        read_round(compiled, round_, requests, reads, logprobs, calibration, priors)
     return spent
 
 
@@ -136,6 +142,7 @@ def read_round(
     reads: list[Read],
     logprobs: torch.Tensor,
     calibration: Calibration | None,
+    priors: Priors | None = None,
 ) -> None:
     """Turn a pass's log-probs into each field's result, and queue each answer's line for the next pass."""
     decided: dict[int, dict[str, int]] = {}
@@ -147,6 +154,9 @@ def read_round(
     for read, reading in zip(reads, readings):
         cf = compiled.fields[read.field]
         probabilities, abstained = reading.probabilities, False
+        debias = Debias.NONE
+        if priors is not None:
+            probabilities, debias = priors.apply(read.field, probabilities)
         if calibration is not None:
             probabilities, abstained = calibration.apply(read.field, probabilities, reading.candidate_mass)
         best = max(range(len(cf.values)), key=probabilities.__getitem__)
@@ -164,6 +174,7 @@ def read_round(
             candidate_mass=reading.candidate_mass,
             round=round_.index,
             method=cf.method,
+            debias=debias.value,
             expected_value=(
                 sum(p * v for p, v in zip(probabilities, cf.values)) if cf.spec.kind is FieldKind.SCORE else None
             ),

@@ -33,6 +33,8 @@ class FieldResult:
     """Why a field was not asked (its condition was false)."""
     expected_value: float | None = None
     """Score fields: the probability-weighted mean level."""
+    debias: str = "none"
+    """How `probabilities` were debiased: `none`, `content_free` or `domain` (see `runtime.debias`)."""
 
     @property
     def probability(self) -> float | None:
@@ -56,6 +58,8 @@ class FieldResult:
             data["reason"] = self.reason
         if self.abstained:
             data["abstained"] = True
+        if self.debias != "none":
+            data["debias"] = self.debias
         return data
 
 

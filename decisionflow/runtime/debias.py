@@ -1,0 +1,62 @@
+"""Debiased readout: each field's distribution divided by the model's prior for that field, renormalised.
+
+A small model's next-token scores carry a prior toward some labels and positions regardless of the
+input. Contextual calibration (Zhao et al., 2021, "Calibrate Before Use") estimates that prior as the
+field's distribution for content-free inputs (`N/A`, `[MASK]`, `...`), once per rubric, and divides
+every request's distribution by it: `p(label) ∝ p(label | input) / prior(label)`. Domain-context
+calibration (Fei et al., 2023) uses the mean distribution over a sample of real, unlabelled inputs
+instead; `decisionflow calibrate --unlabelled` fits it into the rubric's calibration file.
+
+The division happens before the answer is chosen, so a pinned field's debiased answer is what later
+fields read. Candidate mass is not touched: abstention by mass still uses the model's raw mass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Sequence
+
+CONTENT_FREE_INPUTS = ("N/A", "[MASK]", "...")
+PRIOR_FLOOR = 1e-6
+"""A prior is never taken below this, so a label the model never gives content-free is not blown up."""
+
+
+class Debias(str, Enum):
+    NONE = "none"
+    """The model's distribution as read."""
+    CONTENT_FREE = "content_free"
+    """Divided by the field's distribution for content-free inputs."""
+    DOMAIN = "domain"
+    """Divided by the mean distribution over unlabelled in-domain inputs (from a calibration file)."""
+
+
+@dataclass(frozen=True)
+class Priors:
+    """Per field, the prior its distribution is divided by and how it was estimated."""
+
+    fields: dict[str, tuple[Debias, tuple[float, ...]]] = field(default_factory=dict)
+
+    def apply(self, name: str, probabilities: tuple[float, ...]) -> tuple[tuple[float, ...], Debias]:
+        entry = self.fields.get(name)
+        if entry is None:
+            return probabilities, Debias.NONE
+        method, prior = entry
+        return divide_by_prior(probabilities, prior), method
+
+
+def divide_by_prior(probabilities: Sequence[float], prior: Sequence[float]) -> tuple[float, ...]:
+    """p / prior, renormalised; falls back to `probabilities` if nothing is left."""
+    ratios = [p / max(q, PRIOR_FLOOR) for p, q in zip(probabilities, prior)]
+    total = sum(ratios)
+    if total <= 0.0:
+        return tuple(probabilities)
+    return tuple(r / total for r in ratios)
+
+
+def mean_distribution(distributions: Sequence[Sequence[float]]) -> tuple[float, ...] | None:
+    """The average of several distributions over the same labels (None for none)."""
+    if not distributions:
+        return None
+    width = len(distributions[0])
+    return tuple(sum(d[i] for d in distributions) / len(distributions) for i in range(width))
