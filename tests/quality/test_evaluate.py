@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from suite_support import FIXTURES
 from typer.testing import CliRunner
 
 from decisionflow.cli import app

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import packed_and_alone
+from suite_support import packed_and_alone
 
 from decisionflow.compiler import LAYOUTS
 from decisionflow.errors import ModelError

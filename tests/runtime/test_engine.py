@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import pytest
 import torch
-from conftest import packed_and_alone
+from suite_support import packed_and_alone
 from pydantic import BaseModel, Field
 
 from decisionflow.compiler import ReadMode

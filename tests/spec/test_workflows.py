@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import FIXTURES, shared_data
+from suite_support import FIXTURES, shared_data
 
 from decisionflow.spec.rubric import FieldKind, Rubric, normalise_label
 
