@@ -22,7 +22,8 @@ import torch
 
 from ..compiler.tree import tree_chains, tree_depths
 from .branch_attention import attention_path, branch_attention, fold_mask
-from .forward import KV, DecoderParts, causal_attend, logprobs_at, run_layers
+from .forward import KV, Attend, DecoderParts, causal_attend, logprobs_at, run_layers
+from .ops import TritonOps, choose_ops
 
 
 @dataclass
@@ -120,20 +121,21 @@ class TransformersBackend:
     The model is only read: its modules are called, never replaced or reconfigured.
     """
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any, *, kernels: str = "torch"):
         self.model = model
         self.parts = DecoderParts.of(model)
         self.config = model.config
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 0)
-        self.kernels = "torch+" + attention_path(self.device)
+        self.ops = choose_ops(kernels, model, self.device)
+        self.kernels = "triton" if isinstance(self.ops, TritonOps) else "torch+" + attention_path(self.device)
 
     @torch.inference_mode()
     def prefill_head(self, tokens: list[int]) -> HeadCache:
         ids = torch.tensor(tokens, device=self.device)
         positions = torch.arange(len(tokens), device=self.device)
-        _, kv = run_layers(self.parts, ids, positions, lambda _layer, q, k, v, scale: causal_attend(q, k, v, scale))
+        _, kv = run_layers(self.parts, ids, positions, lambda _layer, q, k, v, scale: causal_attend(q, k, v, scale), self.ops)
         return HeadCache(kv=kv, length=len(tokens))
 
     @torch.inference_mode()
@@ -157,6 +159,18 @@ class TransformersBackend:
         Returns log-probs over the vocabulary at `read_positions`: [len(read_positions), vocab].
         """
         layout = self.lay_out(head, contexts, packed)
+        attend = (self._fused_attention if isinstance(self.ops, TritonOps) else self._blockwise_attention)(
+            head, contexts, packed, layout
+        )
+        ids = torch.tensor(packed.tokens, device=self.device)
+        positions = torch.tensor(layout.positions, device=self.device)
+        hidden, new_kv = run_layers(self.parts, ids, positions, attend, self.ops)
+        logprobs = logprobs_at(self.parts, hidden, read_positions, self.ops)
+        self.keep_tokens(contexts, packed, new_kv)
+        return logprobs
+
+    def _blockwise_attention(self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, layout: PassLayout) -> Attend:
+        """Torch attention, request by request, each block merged with the shared head by log-sum-exp."""
         groups = self.parts.heads // self.parts.kv_heads
         masks = [fold_mask(block.visible.to(self.device), groups, self.dtype) for block in layout.blocks]
 
@@ -179,12 +193,28 @@ class TransformersBackend:
                 )
             return out
 
-        ids = torch.tensor(packed.tokens, device=self.device)
-        positions = torch.tensor(layout.positions, device=self.device)
-        hidden, new_kv = run_layers(self.parts, ids, positions, attend)
-        logprobs = logprobs_at(self.parts, hidden, read_positions)
-        self.keep_tokens(contexts, packed, new_kv)
-        return logprobs
+        return attend
+
+    def _fused_attention(self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, layout: PassLayout) -> Attend:
+        """The Triton tree kernel over every request's context and the pass's tokens, described by key
+        spans (no mask is built); the head is read once per key block for all queries of a KV head."""
+        from decisionflow_kernels.tree_attention import spans_from_tree, tree_attention
+
+        starts = [0]
+        for context in contexts:
+            starts.append(starts[-1] + context.length)
+        roots_see = [(starts[r], starts[r + 1]) for r in packed.requests]
+        spans = spans_from_tree(packed.parents, roots_see, starts[-1]).to(self.device)
+        with_context = [c.kv for c in contexts if c.kv is not None]
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+            if with_context:
+                k = torch.cat([kv[layer][0] for kv in with_context] + [k], dim=-2)
+                v = torch.cat([kv[layer][1] for kv in with_context] + [v], dim=-2)
+            prefix_key, prefix_value = head.kv[layer]
+            return tree_attention(q, k.contiguous(), v.contiguous(), prefix_key, prefix_value, spans, scale)
+
+        return attend
 
     @staticmethod
     def lay_out(head: HeadCache, contexts: list[RequestContext], packed: PackedPass) -> PassLayout:

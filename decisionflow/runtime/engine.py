@@ -46,6 +46,9 @@ class EngineOptions:
     """How much of each choice field's options the prompt lists (see `compiler.prompt.Catalog`)."""
     debias: Debias = Debias.NONE
     """The readout's bias correction (see `runtime.debias`); a call may override it."""
+    kernels: str = "auto"
+    """`auto`: the Triton kernels on CUDA when they import and support the model, else torch;
+    `triton` (on the CPU only under TRITON_INTERPRET=1) or `torch` to choose."""
     pin_first: bool | None = None
     """None: follow each rubric's own setting."""
     max_batch_tokens: int = 4096
@@ -83,8 +86,8 @@ class _Prepared:
 class Engine:
     def __init__(self, loaded: LoadedModel, *, options: EngineOptions | None = None):
         self.loaded = loaded
-        self.backend = TransformersBackend(loaded.model)
         self.options = options or EngineOptions()
+        self.backend = TransformersBackend(loaded.model, kernels=self.options.kernels)
         self.view = TokenizerView(loaded.tokenizer)
         self._prepared: OrderedDict[tuple[str, str, str, bool | None], _Prepared] = OrderedDict()
         self._prepared_lock = threading.Lock()
@@ -102,6 +105,7 @@ class Engine:
         mode: ReadMode | str = ReadMode.BRANCH,
         pin_first: bool | None = None,
         persist_heads: bool = True,
+        kernels: str = "auto",
     ) -> Engine:
         """Load `model` (default: the bundled SmolLM2-135M-Instruct): a folder, a .gguf file or a hub id.
 
@@ -119,7 +123,8 @@ class Engine:
             torch.set_num_threads(threads)
         loaded = load_model(model, dtype=dtype, device=device, status=status or (lambda _: None))
         store = cache_root() / "heads" if persist_heads else None
-        return cls(loaded, options=EngineOptions(mode=ReadMode(mode), pin_first=pin_first, head_store=store))
+        options = EngineOptions(mode=ReadMode(mode), pin_first=pin_first, head_store=store, kernels=kernels)
+        return cls(loaded, options=options)
 
     @property
     def tokenizer(self) -> Any:

@@ -2,10 +2,10 @@
 
 The engine does not hand its packed passes to the model's `forward`: it walks the layers itself —
 embedding, norms, projections, rotary embedding, MLP and LM head are the model's own modules, called
-as they are — and does attention itself. That keeps every effect on the engine's side: no attention
-function is registered with transformers, the model's configuration is never switched, and a model
-passed to `Engine(model)` stays usable exactly as before by whoever else holds it. It also leaves
-room for faster parts (fused norms, kernels) behind the same seams.
+as they are, or fused kernels reading the same weights (`ops.py`) — and does attention itself. That
+keeps every effect on the engine's side: no attention function is registered with transformers, the
+model's configuration is never switched, and a model passed to `Engine(model)` stays usable exactly
+as before by whoever else holds it.
 
 Shapes: one sequence at a time, `n` tokens; hidden states [1, n, hidden]; per layer queries
 [1, heads, n, head_dim], keys and values [1, kv_heads, n, head_dim].
@@ -18,22 +18,15 @@ from typing import Any, Callable
 
 import torch
 
+from .ops import TorchOps, TritonOps
+
+Ops = TorchOps | TritonOps
+
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 """Per layer (keys, values), each [1, kv_heads, tokens, head_dim]."""
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
 """(layer, queries, keys, values, scale) -> attention output [1, heads, n, head_dim]."""
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """q [1, H, n, D], k [1, Hkv, n, D]; cos/sin [1, n, D] for each token's own position."""
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
 @dataclass(frozen=True)
@@ -77,36 +70,47 @@ def project_qkv(attention: Any, x: torch.Tensor, heads: int, kv_heads: int, head
     return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
-def run_layers(parts: DecoderParts, token_ids: torch.Tensor, positions: torch.Tensor, attend: Attend) -> tuple[torch.Tensor, KV]:
+def run_layers(
+    parts: DecoderParts, token_ids: torch.Tensor, positions: torch.Tensor, attend: Attend, ops: Ops | None = None
+) -> tuple[torch.Tensor, KV]:
     """The decoder stack over `token_ids` [n] at `positions` [n]; `attend` decides what each token sees.
 
     Returns the last layer's hidden states [1, n, hidden] (before the final norm) and every layer's
     keys and values of these tokens (after rotary embedding), for the caller to keep what it needs.
+    Each residual add is fused with the norm that follows it (`ops.add_norm`).
     """
+    ops = ops or TorchOps()
     hidden = parts.embed(token_ids[None])
-    cos, sin = parts.rotary(hidden, position_ids=positions[None])
+    rotary = ops.prepare_rotary(parts.rotary, hidden, positions)
     new_kv: KV = []
+    pending: torch.Tensor | None = None  # the previous layer's MLP output, not yet added
     for index, layer in enumerate(parts.layers):
         attention = layer.self_attn
-        residual = hidden
-        x = layer.input_layernorm(hidden)
+        if pending is None:
+            x = ops.norm(layer.input_layernorm, hidden)
+        else:
+            x, hidden = ops.add_norm(pending, hidden, layer.input_layernorm)
         q, k, v = project_qkv(attention, x, parts.heads, parts.kv_heads, parts.head_dim)
-        q, k = apply_rotary(q, k, cos, sin)
+        q, k = ops.rotate(rotary, q, k)
         new_kv.append((k, v))
         out = attend(index, q, k, v, attention.scaling)  # [1, H, n, D]
         out = out.transpose(1, 2).reshape(1, q.shape[2], parts.heads * parts.head_dim)
-        hidden = residual + attention.o_proj(out)
-        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        x, hidden = ops.add_norm(attention.o_proj(out), hidden, layer.post_attention_layernorm)
+        pending = ops.mlp(layer.mlp, x)
+    if pending is not None:
+        hidden = hidden + pending
     return hidden, new_kv
 
 
-def logprobs_at(parts: DecoderParts, hidden: torch.Tensor, positions: list[int] | torch.Tensor) -> torch.Tensor:
+def logprobs_at(
+    parts: DecoderParts, hidden: torch.Tensor, positions: list[int] | torch.Tensor, ops: Ops | None = None
+) -> torch.Tensor:
     """Log-probs over the vocabulary at the given positions of `hidden` [1, n, hidden]: [len, vocab] fp32.
 
     The final norm and the LM head run only on those rows: nothing else is projected.
     """
     selected = hidden[0, positions]
-    logits = parts.lm_head(parts.norm(selected)).float()
+    logits = parts.lm_head((ops or TorchOps()).norm(parts.norm, selected)).float()
     return torch.log_softmax(logits, dim=-1)
 
 

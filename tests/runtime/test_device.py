@@ -73,3 +73,15 @@ def test_a_bfloat16_engine_keeps_everything_in_bfloat16(engine: Engine):
     assert all(k.dtype is torch.bfloat16 and v.dtype is torch.bfloat16 for k, v in prepared.head.kv)
     for field in result.fields.values():
         assert sum(field.probabilities.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.model
+def test_kernel_choices_resolve_and_refuse_clearly(engine: Engine, monkeypatch):
+    from decisionflow.runtime.engine import EngineOptions
+
+    assert Engine(engine.loaded, options=EngineOptions(kernels="auto")).backend.kernels.startswith("torch")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(Unavailable, match="kernels='triton' cannot be used: Triton kernels run on CUDA"):
+        Engine(engine.loaded, options=EngineOptions(kernels="triton"))
+    with pytest.raises(Unavailable, match="unknown kernels choice 'cuda'"):
+        Engine(engine.loaded, options=EngineOptions(kernels="cuda"))
