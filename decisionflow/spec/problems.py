@@ -14,8 +14,9 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import Problem, RubricError
 from .rubric import NAME_PATTERN, Condition, FieldSpec, Rubric
+from .text import one_line, shown
 
-__all__ = ["Problem", "RubricError", "problems_from_validation"]
+__all__ = ["Problem", "RubricError", "problem", "problems_from_validation", "rubric_error"]
 
 Path = tuple[str | int, ...]
 
@@ -24,6 +25,18 @@ Path = tuple[str | int, ...]
 _LOCATION_PREFIX = re.compile(r"^([A-Za-z_]\w*(?:\.\w+)*): ")
 # Members of the `str | bool | int` union that pydantic appends to a location.
 _UNION_MEMBERS = {"str", "bool", "int"}
+# Unknown keys beyond this many get no "did you mean" hint: the hint's fuzzy match is the one costly
+# step per problem, and a file of a hundred thousand unknown keys must still be reported in linear time.
+_HINTED_UNKNOWN_KEYS = 200
+
+
+def problem(source: str, location: str, message: str, line: int | None = None) -> Problem:
+    """A problem whose every part prints on one line, whatever characters the file or key held."""
+    return Problem(one_line(source), one_line(location), one_line(message), line)
+
+
+def rubric_error(source: str, location: str, message: str, *, line: int | None = None) -> RubricError:
+    return RubricError([problem(source, location, message, line)])
 
 
 def problems_from_validation(
@@ -34,25 +47,29 @@ def problems_from_validation(
 ) -> list[Problem]:
     """Turn a `Rubric` validation error into problems; `line_of` maps a key path to its line."""
     details = error.errors(include_url=False)
+    failed_inside = {tuple(d["loc"][:end]) for d in details for end in range(len(d["loc"]))}
     problems: list[Problem] = []
-    seen: dict[Path, int] = {}
+    seen: set[Path] = set()
+    hints = _HINTED_UNKNOWN_KEYS
     for detail in details:
-        if detail["type"] == "too_short" and _has_deeper_error(detail, details):
+        if detail["type"] == "too_short" and tuple(detail["loc"]) in failed_inside:
             continue  # an emptied list only because its items failed
-        path, message = _locate(detail)
+        hint = detail["type"] == "extra_forbidden" and hints > 0
+        hints -= hint
+        path, message = _locate(detail, hint=hint)
         if path in seen:
             # One bad `when` value fails every member of `str | bool | int`; say it once.
             continue
-        seen[path] = len(problems)
+        seen.add(path)
         line = line_of(path) if line_of else None
-        problems.append(Problem(source, ".".join(map(str, path)), message, line))
+        problems.append(problem(source, ".".join(map(str, path)), message, line))
     return problems
 
 
-def _locate(detail: dict[str, Any]) -> tuple[Path, str]:
+def _locate(detail: dict[str, Any], *, hint: bool = True) -> tuple[Path, str]:
     path: Path = tuple(detail["loc"])
     kind = detail["type"]
-    message = _message(detail, path)
+    message = _message(detail, path, hint=hint)
     match = _LOCATION_PREFIX.match(message)
     if kind == "value_error" and match:
         path += tuple(match.group(1).split("."))
@@ -62,49 +79,45 @@ def _locate(detail: dict[str, Any]) -> tuple[Path, str]:
         message = f"key {message}"
     if len(path) >= 2 and path[-1] in _UNION_MEMBERS and isinstance(path[-2], int):
         path = path[:-1]
-        message = f"must be a string, true/false or an integer, got {detail.get('input')!r}"
+        message = f"must be a string, true/false or an integer, got {shown(detail.get('input'))}"
     if len(path) == 3 and path[0] == "fields" and path[2] == "name":
         # The name is the mapping key; nobody wrote a `name:` entry.
         path = path[:2]
     return path, message
 
 
-def _has_deeper_error(detail: dict[str, Any], details: list[dict[str, Any]]) -> bool:
-    loc = tuple(detail["loc"])
-    return any(len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc)]) == loc for other in details)
-
-
-def _message(detail: dict[str, Any], path: Path) -> str:
+def _message(detail: dict[str, Any], path: Path, *, hint: bool = True) -> str:
     kind, text, value = detail["type"], detail["msg"], detail.get("input")
     ctx = detail.get("ctx") or {}
     if kind == "value_error":
         return text.removeprefix("Value error, ")
     if kind == "extra_forbidden":
-        return _unknown_key(path)
+        return unknown_key(path, hint=hint)
     if kind == "missing":
         return "required key is missing"
     if kind == "enum":
         what = "field kind" if path[-1:] == ("kind",) else "value"
-        return f"unknown {what} {value!r}; expected {ctx.get('expected', 'one of the listed values')}"
+        return f"unknown {what} {shown(value)}; expected {ctx.get('expected', 'one of the listed values')}"
     if kind == "string_pattern_mismatch" and ctx.get("pattern") == NAME_PATTERN:
         return (
-            f"{value!r} is not a valid name: use letters, digits and underscores, "
+            f"{shown(value)} is not a valid name: use letters, digits and underscores, "
             "not starting with a digit"
         )
     if kind in {"union_tag_invalid", "literal_error"} or not _is_scalar(value):
         return _lower_first(text.replace("Input should", "must"))
-    return f"{_lower_first(text.replace('Input should', 'must'))}, got {value!r}"
+    return f"{_lower_first(text.replace('Input should', 'must'))}, got {shown(value)}"
 
 
-def _unknown_key(path: Path) -> str:
+def unknown_key(path: Path, *, hint: bool = True) -> str:
+    """`unknown key 'questoin'; did you mean 'question'? (allowed: ...)` for the key at `path`."""
     key = str(path[-1])
     model = _model_at(path[:-1])
     if model is None:
-        return f"unknown key {key!r}"
+        return f"unknown key {shown(key)}"
     allowed = [name for name in model.model_fields if not (model is FieldSpec and name == "name")]
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown key {key!r}; {hint}(allowed: {', '.join(allowed)})"
+    close = difflib.get_close_matches(key, allowed, n=1) if hint and len(key) < 100 else []
+    suggestion = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown key {shown(key)}; {suggestion}(allowed: {', '.join(allowed)})"
 
 
 def _model_at(path: Path) -> type[BaseModel] | None:

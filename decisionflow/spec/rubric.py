@@ -17,15 +17,29 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from .text import has_visible, one_line, refused_character, shown, without_invisible
+
 MAX_SCORE_LEVELS = 101
+MAX_ANSWER_IDS = 26 + 26 * 26
+"""Short ids the `ids` answer format has (A..Z, then AA..ZZ); a choice field may not have more options."""
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 Value = str | bool | int
+# The coercion policy: a value is read only as the type it is written in. No `"true"` or `1` for a
+# boolean, no `"3"` or `3.0` for an integer, no number for a string.
+StrictValue = StrictStr | StrictBool | StrictInt
+
+DECLARATION = {"declaration": True}
+"""Validation context for a rubric a person wrote (a YAML file, a decorated class), as opposed to one
+rebuilt from `model_dump()`: a score's option keys must then be integers, not digit strings."""
 
 
 class FieldKind(str, Enum):
@@ -46,9 +60,28 @@ class _Frozen(BaseModel):
 
 
 def normalise_label(label: str) -> str:
-    """Labels equal under this mapping would be confusable for the model (case, separators, width)."""
-    folded = unicodedata.normalize("NFKC", label).casefold()
+    """Labels equal under this mapping would be confusable for the model (case, separators, width,
+    zero-width characters)."""
+    folded = unicodedata.normalize("NFKC", without_invisible(label)).casefold()
     return re.sub(r"[\s_\-./]+", "", folded)
+
+
+def reserved_name_problem(name: str) -> str | None:
+    """Why pydantic cannot use `name` as a field of the class answers are validated into, if it cannot."""
+    if name.startswith("_"):
+        return f"{name!r} cannot be a field name: pydantic treats names starting with '_' as private attributes"
+    if name == "Config" or (name.startswith("model_") and hasattr(BaseModel, name)):
+        return f"{name!r} cannot be a field name: pydantic models already use it ({name} is part of their API)"
+    return None
+
+
+def text_problem(text: str, *, what: str, multiline: bool = True) -> str | None:
+    """Why a rubric text cannot be used as is (see `text.refused_character`), if it cannot."""
+    refused = refused_character(text, multiline=multiline)
+    if refused is None:
+        return None
+    index, reason = refused
+    return f"{what} {shown(text, 60)} holds, at character {index}, {reason}"
 
 
 def label_of(value: Value) -> str:
@@ -61,8 +94,8 @@ def label_of(value: Value) -> str:
 class Condition(_Frozen):
     """Ask a field only when an earlier field's answer is one of `values`."""
 
-    field: str
-    values: tuple[Value, ...] = Field(min_length=1)
+    field: StrictStr
+    values: tuple[StrictValue, ...] = Field(min_length=1)
 
     def holds(self, answers: dict[str, Value | None]) -> bool:
         answer = answers.get(self.field)
@@ -74,15 +107,33 @@ class Condition(_Frozen):
 class FieldSpec(_Frozen):
     """One closed-set question. `name` is the JSON key; it comes from the mapping key in `Rubric.fields`."""
 
-    name: str = Field(pattern=NAME_PATTERN, exclude=True)
+    name: StrictStr = Field(pattern=NAME_PATTERN, exclude=True)
     kind: FieldKind
-    question: str = Field(min_length=1)
-    options: dict[str, str] | None = None
+    question: StrictStr = Field(min_length=1)
+    options: dict[StrictStr, StrictStr] | None = None
     """Choice fields: label -> description ("" when none). Order is kept."""
-    min: int | None = None
-    max: int | None = None
-    after: tuple[str, ...] = ()
+    min: StrictInt | None = None
+    max: StrictInt | None = None
+    after: tuple[StrictStr, ...] = ()
     when: Condition | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _usable_name(cls, name: str) -> str:
+        problem = reserved_name_problem(name)
+        if problem:
+            raise ValueError(problem)
+        return name
+
+    @field_validator("question")
+    @classmethod
+    def _readable_question(cls, question: str) -> str:
+        if not has_visible(question):
+            raise ValueError("the question is empty (only spaces or invisible characters)")
+        problem = text_problem(question, what="the question")
+        if problem:
+            raise ValueError(problem)
+        return question
 
     @field_validator("options", mode="before")
     @classmethod
@@ -94,23 +145,24 @@ class FieldSpec(_Frozen):
                     label, description = item["label"], item.get("description", "")
                 elif isinstance(item, dict) and len(item) == 1:
                     (label, description), = item.items()
+                elif isinstance(item, dict):
+                    raise ValueError(
+                        f"option {index} must be a label, `{{label: description}}` or "
+                        f"`{{label: ..., description: ...}}`; got a mapping with keys {shown(list(item))}"
+                    )
                 else:
                     label, description = item, ""
                 if not isinstance(label, str):
-                    raise ValueError(f"option {index} must be a string label, got {label!r}")
+                    raise ValueError(f"option {index} must be a string label (quote it), got {shown(label)}")
                 if label in mapping:
-                    raise ValueError(f"duplicate option {label!r}")
+                    raise ValueError(f"duplicate option {shown(label)}")
                 mapping[label] = "" if description is None else description
             return mapping
         if isinstance(value, dict):
-            # Score levels are integers; YAML reads `0: none` with an int key.
-            score = info.data.get("kind") is FieldKind.SCORE
-            return {
-                (str(k) if score and isinstance(k, int) and not isinstance(k, bool) else k): (
-                    "" if v is None else v
-                )
-                for k, v in value.items()
-            }
+            if info.data.get("kind") is FieldKind.SCORE:
+                declared = bool(info.context and info.context.get("declaration"))
+                return _score_options(value, integer_keys_only=declared)
+            return {k: "" if v is None else v for k, v in value.items()}
         return value
 
     @field_validator("after", mode="before")
@@ -123,7 +175,8 @@ class FieldSpec(_Frozen):
     @classmethod
     def _condition_from_mapping(cls, value: Any) -> Any:
         # Friendly form: `when: {department: billing}` or `when: {department: [billing, returns]}`.
-        if isinstance(value, dict) and set(value) - {"field", "values"}:
+        # Only the two keys together are the explicit form, so fields named `field` or `values` work.
+        if isinstance(value, dict) and set(value) != {"field", "values"}:
             if len(value) != 1:
                 raise ValueError("must name exactly one field, e.g. {department: billing}")
             (field, values), = value.items()
@@ -142,17 +195,14 @@ class FieldSpec(_Frozen):
                 )
             seen: dict[str, str] = {}
             for label in self.options:
-                if not label.strip():
-                    raise ValueError("options: option labels must not be empty")
-                if label != label.strip() or "\n" in label:
-                    raise ValueError(
-                        f"options: option {label!r} has leading/trailing whitespace or a newline"
-                    )
+                problem = _label_problem(label)
+                if problem:
+                    raise ValueError(f"options: {problem}")
                 key = normalise_label(label)
                 if key in seen:
                     raise ValueError(
-                        f"options: {seen[key]!r} and {label!r} are identical after normalisation "
-                        "(case, spaces and separators ignored)"
+                        f"options: {shown(seen[key])} and {shown(label)} are identical after normalisation "
+                        "(case, spaces, separators and zero-width characters ignored)"
                     )
                 seen[key] = label
             self._check_no_bounds()
@@ -173,18 +223,27 @@ class FieldSpec(_Frozen):
                 if outside:
                     raise ValueError(
                         f"options: score options may only describe levels between min and max "
-                        f"({self.min}..{self.max}); {outside[0]!r} is not one"
+                        f"({self.min}..{self.max}); {shown(outside[0])} is not one"
                     )
         else:
             if self.options is not None:
                 raise ValueError("options: a boolean field takes no `options`")
             self._check_no_bounds()
+        self._check_descriptions()
         if self.name in self.after:
             raise ValueError(f"after: field {self.name!r} cannot come after itself")
-        if len(set(self.after)) != len(self.after):
-            twice = next(dep for dep in self.after if self.after.count(dep) > 1)
-            raise ValueError(f"after: lists {twice!r} twice")
+        listed: set[str] = set()
+        for dep in self.after:
+            if dep in listed:
+                raise ValueError(f"after: lists {shown(dep)} twice")
+            listed.add(dep)
         return self
+
+    def _check_descriptions(self) -> None:
+        for label, description in (self.options or {}).items():
+            problem = text_problem(description, what=f"the description of {shown(label, 40)}")
+            if problem:
+                raise ValueError(f"options.{label}: {problem}" if label.isidentifier() else f"options: {problem}")
 
     def _check_no_bounds(self) -> None:
         for key in ("min", "max"):
@@ -224,14 +283,22 @@ class FieldSpec(_Frozen):
 class Rubric(_Frozen):
     """A named, ordered set of decisions."""
 
-    name: str = Field(pattern=NAME_PATTERN)
-    instructions: str = ""
-    fields: dict[str, FieldSpec] = Field(min_length=1)
+    name: StrictStr = Field(pattern=NAME_PATTERN)
+    instructions: StrictStr = ""
+    fields: dict[StrictStr, FieldSpec] = Field(min_length=1)
     answer_format: AnswerFormat = AnswerFormat.LABELS
-    pin_first: bool = True
+    pin_first: StrictBool = True
     """Decide the first field alone and write its answer into the prompt before asking the rest."""
-    max_fields_per_pass: int | None = Field(default=None, ge=1)
+    max_fields_per_pass: StrictInt | None = Field(default=None, ge=1)
     """Memory budget: at most this many fields share one forward pass (None: no limit)."""
+
+    @field_validator("instructions")
+    @classmethod
+    def _readable_instructions(cls, instructions: str) -> str:
+        problem = text_problem(instructions, what="the instructions")
+        if problem:
+            raise ValueError(problem)
+        return instructions
 
     @field_validator("fields", mode="before")
     @classmethod
@@ -253,28 +320,43 @@ class Rubric(_Frozen):
         return data
 
     @model_validator(mode="after")
+    def _check_answer_ids(self) -> Rubric:
+        if self.answer_format is AnswerFormat.IDS:
+            for key, spec in self.fields.items():
+                if spec.kind is FieldKind.CHOICE and len(spec.options or {}) > MAX_ANSWER_IDS:
+                    raise ValueError(
+                        f"fields.{key}.options: {len(spec.options or {})} options, but `answer_format: ids` "
+                        f"has only {MAX_ANSWER_IDS} short ids (A..Z, AA..ZZ); use `answer_format: labels` "
+                        "or fewer options"
+                    )
+        return self
+
+    @model_validator(mode="after")
     def _check_references(self) -> Rubric:
+        known = _listing(self.fields, str)
         for key, spec in self.fields.items():
             if spec.name != key:
-                raise ValueError(f"fields.{key}: field {key!r} is named {spec.name!r}")
-            known = ", ".join(self.fields)
+                raise ValueError(f"fields.{key}: field {shown(key)} is named {shown(spec.name)}")
             for dep in spec.after:
                 if dep not in self.fields:
-                    raise ValueError(f"fields.{key}.after: unknown field {dep!r} (fields: {known})")
+                    raise ValueError(f"fields.{key}.after: unknown field {shown(dep)} (fields: {known})")
             if spec.when is not None:
                 target = self.fields.get(spec.when.field)
                 if target is None:
                     raise ValueError(
-                        f"fields.{key}.when: unknown field {spec.when.field!r} (fields: {known})"
+                        f"fields.{key}.when: unknown field {shown(spec.when.field)} (fields: {known})"
                     )
                 if spec.when.field == key:
                     raise ValueError(f"fields.{key}.when: a field cannot depend on its own answer")
                 allowed = target.values
                 for value in spec.when.values:
                     if not any(value == a and type(value) is type(a) for a in allowed):
+                        # The coercion policy: `"true"` or `1` is not the answer `true`; say how to write it.
+                        same_text = next((a for a in allowed if label_of(a) == label_of(value)), None)
+                        hint = "" if same_text is None else f"; the answer is {_written(same_text)}, of another type"
                         raise ValueError(
-                            f"fields.{key}.when: {value!r} is not an allowed answer of "
-                            f"{spec.when.field!r} (allowed: {', '.join(map(repr, allowed))})"
+                            f"fields.{key}.when: {shown(value)} is not an allowed answer of "
+                            f"{spec.when.field!r} (allowed: {_listing(allowed, repr)}){hint}"
                         )
         cycle = find_cycle({k: s.dependencies for k, s in self.fields.items()})
         if cycle:
@@ -297,29 +379,73 @@ class Rubric(_Frozen):
 
 
 def find_cycle(edges: dict[str, tuple[str, ...]]) -> list[str] | None:
-    """Return one dependency cycle as a closed path (a -> b -> a), or None."""
-    state: dict[str, int] = {}
-    stack: list[str] = []
+    """Return one dependency cycle as a closed path (a -> b -> a), or None.
 
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for dep in edges.get(node, ()):
-            if dep not in edges:
-                continue
-            if state.get(dep) == 1:
-                return stack[stack.index(dep):] + [dep]
-            if dep not in state:
-                found = visit(dep)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
+    A depth-first search with an explicit stack: a chain of thousands of fields declared last-first
+    is as deep as it is long, which Python's call stack would not survive.
+    """
+    on_path: dict[str, int] = {}  # node -> its index in `path` while it is being visited
+    finished: set[str] = set()
+    for start in edges:
+        if start in finished:
+            continue
+        path: list[str] = [start]
+        pending: list[Iterator[str]] = [iter(edges[start])]
+        on_path[start] = 0
+        while pending:
+            dep = next(pending[-1], None)
+            if dep is None:
+                node = path.pop()
+                pending.pop()
+                del on_path[node]
+                finished.add(node)
+            elif dep in on_path:
+                return path[on_path[dep]:] + [dep]
+            elif dep in edges and dep not in finished:
+                on_path[dep] = len(path)
+                path.append(dep)
+                pending.append(iter(edges[dep]))
+    return None
+
+
+def _written(value: Value) -> str:
+    """An answer as YAML writes it: `true`, `3`, `'billing'`."""
+    return label_of(value) if isinstance(value, (bool, int)) else repr(value)
+
+
+def _listing(items: Any, show: Any, limit: int = 20) -> str:
+    """The first `limit` items, shown one way, and how many there are in all when that is more."""
+    items = list(items)
+    text = ", ".join(one_line(show(item)) for item in items[:limit])
+    return text if len(items) <= limit else f"{text}, ... ({len(items)} in all)"
+
+
+def _score_options(options: dict[Any, Any], *, integer_keys_only: bool) -> dict[Any, Any]:
+    """A score's option keys as labels ("0", "9"); YAML and classes give them as integers."""
+    labels: dict[Any, Any] = {}
+    for key, description in options.items():
+        if isinstance(key, int) and not isinstance(key, bool):
+            label = str(key)
+        elif integer_keys_only or not (isinstance(key, str) and key == str(_as_int(key))):
+            raise ValueError(f"a score's option keys are its levels, written as integers; got {shown(key)}")
+        else:
+            label = key
+        if label in labels:
+            raise ValueError(f"level {label} is described twice")
+        labels[label] = "" if description is None else description
+    return labels
+
+
+def _as_int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
         return None
 
-    for node in edges:
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
+
+def _label_problem(label: str) -> str | None:
+    if not has_visible(label):
+        return f"option {shown(label)} is empty (only spaces or invisible characters)"
+    if label != label.strip():
+        return f"option {shown(label)} has leading or trailing whitespace"
+    return text_problem(label, what="option", multiline=False)

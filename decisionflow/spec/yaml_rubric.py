@@ -1,41 +1,52 @@
 """Rubrics as YAML files: load (with line numbers in every error) and export (round-trips exactly).
 
-Booleans follow YAML 1.2: only `true`/`false` are booleans, so labels such as `yes`, `no`, `on` and
-`off` stay strings instead of silently turning into True/False.
+Files are read by the bounded YAML 1.2 reader in `yaml_reader` (encodings, refused characters,
+limits on depth, size and aliases, the core schema), so only `true`/`false` are booleans and labels
+such as `yes`, `no`, `on` and `off` stay strings. Every problem, from a bad byte to a cycle between
+fields, is one `source: location: message (line N)` line.
 """
 
 from __future__ import annotations
 
-import re
+import math
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 from pydantic import ValidationError
 
-from .problems import Problem, RubricError, problems_from_validation
-from .rubric import FieldKind, FieldSpec, Rubric
-
-_BOOL_TAG = "tag:yaml.org,2002:bool"
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-class _RubricLoader(yaml.SafeLoader):
-    """SafeLoader that reads only true/false as booleans."""
-
-
-_RubricLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_RubricLoader.add_implicit_resolver(
-    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+from .problems import (
+    Problem,
+    RubricError,
+    problem,
+    problems_from_validation,
+    rubric_error,
+    unknown_key,
+)
+from .rubric import DECLARATION, FieldKind, FieldSpec, Rubric
+from .text import shown
+from .yaml_reader import (
+    MAX_FILE_BYTES,
+    MERGE_TAG,
+    ReadError,
+    RubricLoader,
+    check_characters,
+    decode_rubric_bytes,
+    install_core_schema,
+    scalar_value,
 )
 
 
 class _RubricDumper(yaml.SafeDumper):
-    """Block style overall; short lists (`after`, `when` values) in flow style."""
+    """Block style overall; short lists (`after`, `when` values) in flow style.
+
+    Strings that YAML 1.1 *or* the 1.2 core schema would read as another type are quoted, so the
+    file reads back the same here and in other YAML tools.
+    """
+
+
+install_core_schema(_RubricDumper)
 
 
 class _FlowList(list):
@@ -62,42 +73,81 @@ def load_rubric(path: str | Path) -> Rubric:
     """Read and validate a YAML rubric file; raises `RubricError`."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as handle:  # never more than the reader's limit, whatever the file's size
+            data = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
-        raise RubricError.one(source, "", "file not found") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise RubricError.one(source, "", f"cannot read file: {error}") from None
+        raise rubric_error(source, "", "file not found") from None
+    except OSError as error:
+        raise rubric_error(source, "", f"cannot read file: {error.strerror or error}") from None
+    try:
+        text = decode_rubric_bytes(data)
+    except ReadError as error:
+        raise _read_error(error, source) from None
     return loads_rubric(text, source=source)
 
 
-def loads_rubric(text: str, source: str = "<string>") -> Rubric:
-    """Validate a YAML rubric given as text; `source` names it in error messages."""
-    loader = _RubricLoader(text)
+def loads_rubric(text: str | bytes, source: str = "<string>") -> Rubric:
+    """Validate a YAML rubric given as text (or as the bytes of a file); `source` names it in errors."""
+    try:
+        if isinstance(text, (bytes, bytearray)):
+            text = decode_rubric_bytes(bytes(text))
+        if not isinstance(text, str):
+            raise ReadError(f"expected the rubric's YAML text, got {type(text).__name__}")
+        check_characters(text)
+    except ReadError as error:
+        raise _read_error(error, source) from None
+    root, data = _read_yaml(text, source)
+    if not isinstance(data, dict):
+        found = "an empty document" if data is None else f"a {type(data).__name__}"
+        message = f"expected a mapping with `name` and `fields` at the top level, found {found}"
+        if root is None:
+            raise rubric_error(source, "", message)
+        line = root.start_mark.line + 1
+        raise rubric_error(source, f"line {line}, column {root.start_mark.column + 1}", message, line=line)
+    lines = _LineIndex(root)
+    data, problems = _without_field_names(data, lines, source)
+    try:
+        rubric = Rubric.model_validate(data, context=DECLARATION)
+    except ValidationError as error:
+        problems += problems_from_validation(error, source=source, line_of=lines.line_of)
+    if problems:
+        raise RubricError(problems)
+    return rubric
+
+
+def _read_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
+    """The document's node tree and its value; duplicate keys and every reader refusal are problems."""
+    loader = RubricLoader(text)
     try:
         root = loader.get_single_node()
         if root is not None:
-            duplicates = list(_duplicate_keys(root, (), source))
+            duplicates = list(_duplicate_keys(root, source))
             if duplicates:
                 raise RubricError(duplicates)
-        data = loader.construct_document(root) if root is not None else None
+        return root, (loader.construct_document(root) if root is not None else None)
     except yaml.MarkedYAMLError as error:
         raise _syntax_error(error, source) from None
     except yaml.YAMLError as error:
-        raise RubricError.one(source, "", f"invalid YAML: {error}") from None
+        raise rubric_error(source, "", f"invalid YAML: {error}") from None
     finally:
         loader.dispose()
 
-    if not isinstance(data, dict):
-        found = "an empty document" if data is None else f"a {type(data).__name__}"
-        raise RubricError.one(
-            source, "", f"expected a mapping with `name` and `fields` at the top level, found {found}"
-        )
-    try:
-        return Rubric.model_validate(data)
-    except ValidationError as error:
-        raise RubricError(
-            problems_from_validation(error, source=source, line_of=lambda path: _line_of(root, path))
-        ) from None
+
+def _without_field_names(data: dict[str, Any], lines: _LineIndex, source: str) -> tuple[dict[str, Any], list[Problem]]:
+    """A field's name is its key under `fields`; a `name:` written inside a field is an unknown key,
+    even when it repeats the key (it would otherwise pass as the rubric-level `name`)."""
+    fields = data.get("fields")
+    if not isinstance(fields, dict) or not any(isinstance(spec, dict) and "name" in spec for spec in fields.values()):
+        return data, []
+    problems = []
+    cleaned = {}
+    for key, spec in fields.items():
+        if isinstance(spec, dict) and "name" in spec:
+            path = ("fields", key, "name")
+            problems.append(problem(source, ".".join(map(str, path)), unknown_key(path), lines.line_of(path)))
+            spec = {k: v for k, v in spec.items() if k != "name"}
+        cleaned[key] = spec
+    return {**data, "fields": cleaned}, problems
 
 
 def dump_rubric(rubric: Rubric) -> str:
@@ -158,54 +208,98 @@ def _plain(value: Any) -> Any:
 
 def _syntax_error(error: yaml.MarkedYAMLError, source: str) -> RubricError:
     mark = error.problem_mark or error.context_mark
-    problem = error.problem or error.context or "invalid YAML"
+    problem_text = error.problem or error.context or "invalid YAML"
     if error.context and error.problem:
-        problem = f"{problem} ({error.context})"
+        problem_text = f"{problem_text} ({error.context})"
     if mark is None:
-        return RubricError.one(source, "", problem)
+        return rubric_error(source, "", problem_text)
     line = mark.line + 1
-    return RubricError.one(source, f"line {line}, column {mark.column + 1}", problem, line=line)
+    return rubric_error(source, f"line {line}, column {mark.column + 1}", problem_text, line=line)
 
 
-def _duplicate_keys(node: yaml.Node, path: tuple[str, ...], source: str):
-    """Yield a problem for every mapping key written twice (PyYAML would keep the last silently)."""
-    if isinstance(node, yaml.MappingNode):
-        first_line: dict[str, int] = {}
-        for key_node, value_node in node.value:
-            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
-                continue
-            key, line = key_node.value, key_node.start_mark.line + 1
-            if key in first_line:
-                yield Problem(
-                    source,
-                    ".".join((*path, key)),
-                    f"duplicate key {key!r} (first written on line {first_line[key]})",
-                    line,
-                )
-            else:
-                first_line[key] = line
-            yield from _duplicate_keys(value_node, (*path, key), source)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            yield from _duplicate_keys(item, (*path, str(index)), source)
+def _read_error(error: ReadError, source: str) -> RubricError:
+    if error.line is None:
+        return rubric_error(source, "", error.message)
+    return rubric_error(source, f"line {error.line}, column {error.column}", error.message, line=error.line)
 
 
-def _line_of(root: yaml.Node | None, path: tuple[str | int, ...]) -> int | None:
-    """Line of the deepest node on `path` that exists in the file (keys a validator added have none)."""
-    node, line = root, None
-    for part in path:
+def _duplicate_keys(root: yaml.Node, source: str) -> Iterator[Problem]:
+    """Yield a problem for every mapping key written twice (PyYAML would keep the last silently).
+
+    Keys are compared as the values they are read as, so `1`, `01`, `0x1` and `1.0` are one key.
+    Each mapping is checked once where it is written, however often aliases repeat it.
+    """
+    visited: set[int] = set()
+    pending: list[tuple[yaml.Node, tuple[str, ...]]] = [(root, ())]
+    while pending:
+        node, path = pending.pop()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
         if isinstance(node, yaml.MappingNode):
-            match = next(
-                ((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)),
-                None,
-            )
-            if match is None:
+            first: dict[Any, tuple[str, int]] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                    pending.append((value_node, path))
+                    continue
+                key, line = key_node.value, key_node.start_mark.line + 1
+                identity = _key_identity(key_node)
+                if identity in first:
+                    written, first_line = first[identity]
+                    same = "" if written == key else f" ({shown(written)} and {shown(key)} are the same key once read)"
+                    yield problem(
+                        source, ".".join((*path, key)),
+                        f"duplicate key {shown(key)}{same} (first written on line {first_line})", line,
+                    )
+                else:
+                    first[identity] = (key, line)
+                pending.append((value_node, (*path, key)))
+        elif isinstance(node, yaml.SequenceNode):
+            pending.extend((item, (*path, str(index))) for index, item in enumerate(node.value))
+
+
+def _key_identity(node: yaml.ScalarNode) -> Any:
+    """What a key is read as (a Python dict would merge equal ones: 1, 1.0 and true); its text when
+    it cannot be read, since the constructor reports that with its line."""
+    try:
+        value = scalar_value(node.tag, node.value)
+    except ValueError:
+        return ("text", node.value)
+    if isinstance(value, float) and math.isnan(value):  # nan never equals itself, so it is its text
+        return ("text", node.value)
+    return ("value", value)
+
+
+class _LineIndex:
+    """Lines of key paths in the file, each mapping indexed once when first asked about (linear time
+    for any number of problems)."""
+
+    def __init__(self, root: yaml.Node | None) -> None:
+        self.root = root
+        self._keys: dict[int, dict[str, tuple[int, yaml.Node]]] = {}
+
+    def line_of(self, path: tuple[str | int, ...]) -> int | None:
+        """Line of the deepest node on `path` that exists in the file (keys a validator added have none)."""
+        node, line = self.root, None
+        for part in path:
+            if isinstance(node, yaml.MappingNode):
+                match = self._index(node).get(str(part))
+                if match is None:
+                    break
+                line, node = match
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
                 break
-            line = match[0].start_mark.line + 1
-            node = match[1]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            break
-    return line
+        return line
+
+    def _index(self, node: yaml.MappingNode) -> dict[str, tuple[int, yaml.Node]]:
+        index = self._keys.get(id(node))
+        if index is None:
+            index = {}
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    index.setdefault(key.value, (key.start_mark.line + 1, value))
+            self._keys[id(node)] = index
+        return index

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from suite_support import CHATML
 
+from decisionflow.bench.qwen_vocabulary import CHATML
 from decisionflow.compiler import LAYOUTS, compile_rubric
 from decisionflow.compiler.prompt import system_text
 from decisionflow.errors import CompileError
