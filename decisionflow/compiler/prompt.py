@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from ..errors import ModelError
-from ..spec.rubric import AnswerFormat, FieldKind, FieldSpec, Rubric
+from ..spec.rubric import AnswerFormat, Catalog, FieldKind, FieldSpec, Rubric
 
 _INPUT_SENTINEL = "\u2063INPUT\u2063"
 _OPENER_SENTINEL = "\u2063OPEN\u2063"
@@ -27,27 +26,17 @@ PREAMBLE = (
 )
 
 
-class Catalog(str, Enum):
-    """How much of a choice field's options the prompt's catalog lists (booleans and scores always list theirs)."""
-
-    FULL = "full"
-    """Every label, and each option's description."""
-    LABELS = "labels"
-    """Every label, without descriptions."""
-    NONE = "none"
-    """The key and its question only: the allowed answers are enforced by the trie alone."""
-    AUTO = "auto"
-    """By size: FULL up to `AUTO_FULL_MAX` options, LABELS up to `AUTO_LABELS_MAX`, NONE above."""
-
-
 AUTO_FULL_MAX = 100
 AUTO_LABELS_MAX = 100
 
 
 def catalog_for(spec: FieldSpec, answer_format: AnswerFormat, catalog: Catalog) -> Catalog:
-    """The catalog a field gets: ids need their list (the model must see which id is which)."""
+    """The catalog a field gets: its own setting over the one given (the rubric's or the engine's);
+    `auto` by size: FULL up to `AUTO_FULL_MAX` options, LABELS up to `AUTO_LABELS_MAX`, NONE above.
+    Ids need their list (the model must see which id is which)."""
     if spec.kind is not FieldKind.CHOICE or answer_format is AnswerFormat.IDS:
         return Catalog.FULL
+    catalog = spec.catalog or catalog
     if catalog is Catalog.AUTO:
         count = len(spec.values)
         return Catalog.FULL if count <= AUTO_FULL_MAX else Catalog.LABELS if count <= AUTO_LABELS_MAX else Catalog.NONE
@@ -100,6 +89,7 @@ def catalog_entry(spec: FieldSpec, answer_format: AnswerFormat, catalog: Catalog
 
 
 def system_text(rubric: Rubric, catalog: Catalog = Catalog.FULL) -> str:
+    catalog = rubric.catalog or catalog
     parts = [rubric.instructions.strip()] if rubric.instructions.strip() else []
     parts.append(PREAMBLE)
     parts.append("Keys:\n" + "\n".join(catalog_entry(s, rubric.answer_format, catalog) for s in rubric))

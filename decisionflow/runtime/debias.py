@@ -14,21 +14,15 @@ fields read. Candidate mass is not touched: abstention by mass still uses the mo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Sequence
+
+from ..spec.rubric import Debias
+
+__all__ = ["CONTENT_FREE_INPUTS", "Debias", "Priors", "divide_by_prior", "mean_distribution"]
 
 CONTENT_FREE_INPUTS = ("N/A", "[MASK]", "...")
 PRIOR_FLOOR = 1e-6
 """A prior is never taken below this, so a label the model never gives content-free is not blown up."""
-
-
-class Debias(str, Enum):
-    NONE = "none"
-    """The model's distribution as read."""
-    CONTENT_FREE = "content_free"
-    """Divided by the field's distribution for content-free inputs."""
-    DOMAIN = "domain"
-    """Divided by the mean distribution over unlabelled in-domain inputs (from a calibration file)."""
 
 
 @dataclass(frozen=True)

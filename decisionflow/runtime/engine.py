@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..compiler import Catalog, CompiledRubric, ReadMode, TokenizerView, compile_rubric
-from ..errors import DecisionflowError, ResultError
+from ..errors import CalibrationError, DecisionflowError, ResultError
 from ..spec.declare import rubric_of, typed_model
 from ..spec.plan import Plan, make_plan
 from ..spec.rubric import Rubric
@@ -205,7 +205,7 @@ class Engine:
             calibration.check(rubric)
         model_cls = typed_model(target)
         prepared = self._prepare(rubric)
-        priors = self._priors(prepared, rubric, Debias(debias or self.options.debias), calibration)
+        priors = self._priors(prepared, rubric, debias, calibration)
         outcomes: list[Decision | DecisionflowError | None] = [None] * len(payloads)
         tokens = self._admit(prepared.compiled, payloads, outcomes, fail_fast=fail_fast)
         admitted = [i for i, t in enumerate(tokens) if t is not None]
@@ -293,16 +293,31 @@ class Engine:
             return refused
         return Decision(rubric=rubric.name, value=value, fields=ordered, stats=stats)
 
-    def _priors(self, prepared: _Prepared, rubric: Rubric, debias: Debias, calibration: Calibration | None) -> Priors | None:
-        """The priors a call divides by: content-free ones estimated once per rubric, or the domain
-        priors a calibration file carries (which win for the fields they cover)."""
-        if debias is Debias.NONE:
+    def _priors(
+        self, prepared: _Prepared, rubric: Rubric, call: Debias | str | None, calibration: Calibration | None
+    ) -> Priors | None:
+        """The prior each field is divided by. Per field the method is the call's, else the field's, else
+        the rubric's, else the engine's: content-free priors are estimated once per rubric; domain
+        priors come from the calibration file (refused when it has none for that field)."""
+        methods = {
+            name: Debias(call or spec.debias or rubric.debias or self.options.debias)
+            for name, spec in rubric.fields.items()
+        }
+        if all(method is Debias.NONE for method in methods.values()):
             return None
+        content_free = self._content_free_prior(prepared, rubric) if Debias.CONTENT_FREE in methods.values() else {}
+        domain = calibration.priors(rubric) if calibration is not None else {}
         fields: dict[str, tuple[Debias, tuple[float, ...]]] = {}
-        if debias is Debias.CONTENT_FREE:
-            fields.update((name, (Debias.CONTENT_FREE, prior)) for name, prior in self._content_free_prior(prepared, rubric).items())
-        if calibration is not None:
-            fields.update((name, (Debias.DOMAIN, prior)) for name, prior in calibration.priors(rubric).items())
+        for name, method in methods.items():
+            if method is Debias.CONTENT_FREE and name in content_free:
+                fields[name] = (method, content_free[name])
+            elif method is Debias.DOMAIN:
+                if name not in domain:
+                    raise CalibrationError(
+                        f"field {name!r} asks for a domain prior, but no calibration with one for it was given "
+                        "(fit one with `decisionflow calibrate --unlabelled`)"
+                    )
+                fields[name] = (method, domain[name])
         return Priors(fields) if fields else None
 
     def _content_free_prior(self, prepared: _Prepared, rubric: Rubric) -> dict[str, tuple[float, ...]]:
@@ -313,6 +328,7 @@ class Engine:
             if prepared.content_free is None:
                 outcomes = self._decide(rubric, list(CONTENT_FREE_INPUTS), progress=None, calibration=None,
                                         debias=Debias.NONE, fail_fast=False)
+                # (`debias=none` for the call: the prior is the model's own, uncorrected distribution.)
                 decided = [o for o in outcomes if isinstance(o, Decision)]
                 priors = {}
                 for name, spec in rubric.fields.items():

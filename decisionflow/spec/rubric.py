@@ -55,6 +55,30 @@ class AnswerFormat(str, Enum):
     """The catalog shows `A) label: description`; the model answers with the short id."""
 
 
+class Debias(str, Enum):
+    """How a field's distribution is corrected for the model's prior before its answer is chosen."""
+
+    NONE = "none"
+    """The model's distribution as read."""
+    CONTENT_FREE = "content_free"
+    """Divided by the field's distribution for content-free inputs (contextual calibration)."""
+    DOMAIN = "domain"
+    """Divided by the mean distribution over unlabelled in-domain inputs (fitted by `calibrate --unlabelled`)."""
+
+
+class Catalog(str, Enum):
+    """How much of a choice field's options the prompt's catalog lists (booleans and scores always list theirs)."""
+
+    FULL = "full"
+    """Every label, and each option's description."""
+    LABELS = "labels"
+    """Every label, without descriptions."""
+    NONE = "none"
+    """The key and its question only: the allowed answers are enforced by the trie alone."""
+    AUTO = "auto"
+    """Chosen by the number of options (see `compiler.prompt.catalog_for`)."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
 
@@ -116,6 +140,10 @@ class FieldSpec(_Frozen):
     max: StrictInt | None = None
     after: tuple[StrictStr, ...] = ()
     when: Condition | None = None
+    debias: Debias | None = None
+    """Overrides the rubric's (and the engine's) readout correction for this field."""
+    catalog: Catalog | None = None
+    """Overrides the rubric's (and the engine's) catalog strategy for this field."""
 
     @field_validator("name")
     @classmethod
@@ -291,6 +319,10 @@ class Rubric(_Frozen):
     """Decide the first field alone and write its answer into the prompt before asking the rest."""
     max_fields_per_pass: StrictInt | None = Field(default=None, ge=1)
     """Memory budget: at most this many fields share one forward pass (None: no limit)."""
+    debias: Debias | None = None
+    """The readout correction for every field (None: the engine's default); a field may override it."""
+    catalog: Catalog | None = None
+    """The catalog strategy for every choice field (None: the engine's default); a field may override it."""
 
     @field_validator("instructions")
     @classmethod
