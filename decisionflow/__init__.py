@@ -16,6 +16,7 @@ from .spec import (
     Rubric,
     ask,
     decision,
+    derive,
     dump_rubric,
     load_rubric,
     make_plan,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AnswerFormat", "Decision", "DecisionflowError", "Engine", "FieldKind", "FieldResult", "Plan", "Rubric",
-    "ask", "decision", "dump_rubric", "load_rubric", "make_plan", "rubric_of",
+    "ask", "decision", "derive", "dump_rubric", "load_rubric", "make_plan", "rubric_of",
 ]
 
 

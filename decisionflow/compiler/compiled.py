@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -23,7 +23,17 @@ class CompiledRubric:
     parts: PromptParts
     head_tokens: tuple[int, ...]
     fields: dict[str, CompiledField]
+    """Every asked field (derived fields have none); an `options_by` field's over all its options."""
     view: TokenizerView
+    subsets: dict[str, dict[str, CompiledField]] = field(default_factory=dict)
+    """`options_by` fields: per parent answer (its label), the row offering that answer's options."""
+
+    def row_for(self, name: str, parent_label: str | None = None) -> CompiledField | None:
+        """The row to read for a field (for an `options_by` field, given its parent's answer; None when
+        that answer offers no options)."""
+        if name in self.subsets:
+            return self.subsets[name].get(parent_label) if parent_label is not None else None
+        return self.fields[name]
 
     @cached_property
     def positions_before_input(self) -> int:
@@ -62,14 +72,27 @@ def compile_rubric(
     layout = probe_layout(view, lambda lay: render_prompt(tokenizer, rubric, opener=lay.opener, catalog=catalog))
     parts = render_prompt(tokenizer, rubric, opener=layout.opener, catalog=catalog)
     anchor_ids = view.encode(parts.tail)
-    fields = {
-        spec.name: compile_field(
+    def compiled(spec: Any) -> CompiledField:
+        return compile_field(
             view, spec, layout=layout, anchor=parts.tail, anchor_ids=anchor_ids,
             answer_format=rubric.answer_format, mode=mode,
         )
-        for spec in rubric
+
+    fields = {spec.name: compiled(spec) for spec in rubric if spec.derive is None}
+    subsets = {
+        spec.name: {
+            answer: compiled(spec.model_copy(update={"options": options_of(spec, answer), "options_by": None}))
+            for answer in spec.options_by.options
+        }
+        for spec in rubric if spec.options_by is not None
     }
     head_tokens = tuple(view.encode(parts.head))
     if not head_tokens:
         raise InputError("the rendered head is empty")
-    return CompiledRubric(rubric, layout, mode, parts, head_tokens, fields, view)
+    return CompiledRubric(rubric, layout, mode, parts, head_tokens, fields, view, subsets)
+
+
+def options_of(spec: Any, parent_label: str) -> dict[str, str]:
+    offered = spec.options_for_label(parent_label)
+    assert offered is not None
+    return offered

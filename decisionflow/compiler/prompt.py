@@ -75,6 +75,12 @@ def catalog_entry(spec: FieldSpec, answer_format: AnswerFormat, catalog: Catalog
         return head
     allowed = " | ".join(value_literal(spec, v, answer_format) for v in spec.values)
     described = [v for v in spec.values if spec.description_of(v)] if catalog is Catalog.FULL else []
+    if spec.options_by is not None:
+        lines = [f'{head} Allowed, by the answer of "{spec.options_by.field}":']
+        for answer, options in spec.options_by.options.items():
+            lines.append(f"    {answer}: " + " | ".join(value_literal(spec, label, answer_format) for label in options))
+        lines += [f"    {value_literal(spec, v, answer_format)}: {spec.description_of(v)}" for v in described]
+        return "\n".join(lines)
     if answer_format is AnswerFormat.IDS and spec.kind is FieldKind.CHOICE:
         ids = answer_ids(len(spec.values))
         lines = [f"{head} Answer with the id of the option. Allowed: {allowed}"]
@@ -92,7 +98,9 @@ def system_text(rubric: Rubric, catalog: Catalog = Catalog.FULL) -> str:
     catalog = rubric.catalog or catalog
     parts = [rubric.instructions.strip()] if rubric.instructions.strip() else []
     parts.append(PREAMBLE)
-    parts.append("Keys:\n" + "\n".join(catalog_entry(s, rubric.answer_format, catalog) for s in rubric))
+    # Derived fields are computed in code: the model never reads or writes them.
+    asked = [spec for spec in rubric if spec.derive is None]
+    parts.append("Keys:\n" + "\n".join(catalog_entry(s, rubric.answer_format, catalog) for s in asked))
     return "\n\n".join(parts)
 
 

@@ -56,13 +56,18 @@ class PackedPass:
     requests: list[int] = field(default_factory=list)
     keep: list[bool] = field(default_factory=list)
     """Whether a token's keys and values join its request's context after the pass."""
-    _shared: dict[tuple[int, int, int], int] = field(default_factory=dict, repr=False)
+    sees: list[int | None] = field(default_factory=list)
+    """For a root token: how many of its request's context tokens it sees (None: all of them). A
+    branch that replaces an earlier answer sees the context up to where that answer began."""
+    _shared: dict[tuple[int, int, int, int | None], int] = field(default_factory=dict, repr=False)
 
-    def add(self, token: int, *, parent: int, request: int, keep: bool = False, share: bool = False) -> int:
+    def add(
+        self, token: int, *, parent: int, request: int, keep: bool = False, share: bool = False, sees: int | None = None
+    ) -> int:
         """Append a token and return its index. With `share`, a token already added under the same
         parent is reused: same token, same context, so the same keys, values and logits (rows of
         different fields all start with the same indentation and quote)."""
-        key = (request, parent, token)
+        key = (request, parent, token, sees if parent < 0 else None)
         if share and key in self._shared:
             return self._shared[key]
         if share:
@@ -71,7 +76,13 @@ class PackedPass:
         self.parents.append(parent)
         self.requests.append(request)
         self.keep.append(keep)
+        self.sees.append(sees if parent < 0 else None)
         return len(self.tokens) - 1
+
+    def context_seen(self, index: int, contexts: Sequence[RequestContext]) -> int:
+        """How many context tokens root token `index` sees."""
+        sees = self.sees[index]
+        return contexts[self.requests[index]].length if sees is None else sees
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -203,7 +214,7 @@ class TransformersBackend:
         starts = [0]
         for context in contexts:
             starts.append(starts[-1] + context.length)
-        roots_see = [(starts[r], starts[r + 1]) for r in packed.requests]
+        roots_see = [(starts[r], starts[r] + packed.context_seen(i, contexts)) for i, r in enumerate(packed.requests)]
         spans = spans_from_tree(packed.parents, roots_see, starts[-1]).to(self.device)
         with_context = [c.kv for c in contexts if c.kv is not None]
 
@@ -221,7 +232,10 @@ class TransformersBackend:
         """Position ids, and per request its block of tokens with their visibility (roots hang off the
         request's context; every other token off its parent)."""
         depths = tree_depths(packed.parents)
-        positions = [head.length + contexts[r].length + d for r, d in zip(packed.requests, depths)]
+        bases: list[int] = []
+        for index, parent in enumerate(packed.parents):
+            bases.append(bases[parent] if parent >= 0 else head.length + packed.context_seen(index, contexts))
+        positions = [base + depth for base, depth in zip(bases, depths)]
         blocks: list[RequestBlock] = []
         start = 0
         while start < len(packed):
@@ -235,7 +249,8 @@ class TransformersBackend:
             local = [p - start if p >= 0 else -1 for p in packed.parents[start:stop]]
             if any(p >= 0 and not start <= p < stop for p in packed.parents[start:stop]):
                 raise ValueError(f"a token of request {request} has a parent in another request")
-            visible = tree_visibility(local, [(0, width)] * (stop - start), width)
+            roots_see = [(0, packed.context_seen(i, contexts)) for i in range(start, stop)]
+            visible = tree_visibility(local, roots_see, width)
             blocks.append(RequestBlock(request, start, stop, visible))
             start = stop
         return PassLayout(positions, blocks)

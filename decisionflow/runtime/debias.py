@@ -31,11 +31,22 @@ class Priors:
 
     fields: dict[str, tuple[Debias, tuple[float, ...]]] = field(default_factory=dict)
 
-    def apply(self, name: str, probabilities: tuple[float, ...]) -> tuple[tuple[float, ...], Debias]:
+    def apply(
+        self, name: str, probabilities: tuple[float, ...], indexes: Sequence[int] | None = None
+    ) -> tuple[tuple[float, ...], Debias]:
+        """The field's distribution divided by its prior. `indexes` places a distribution over some of the
+        field's labels (a row offering a parent answer's options) among all of them: the prior is then
+        taken over those labels, and not applied when it has no mass there."""
         entry = self.fields.get(name)
         if entry is None:
             return probabilities, Debias.NONE
         method, prior = entry
+        if indexes is not None:
+            prior = tuple(prior[i] for i in indexes)
+            total = sum(prior)
+            if total < PRIOR_FLOOR:
+                return probabilities, Debias.NONE
+            prior = tuple(q / total for q in prior)
         return divide_by_prior(probabilities, prior), method
 
 

@@ -296,11 +296,13 @@ class Engine:
     def _priors(
         self, prepared: _Prepared, rubric: Rubric, call: Debias | str | None, calibration: Calibration | None
     ) -> Priors | None:
-        """The prior each field is divided by. Per field the method is the call's, else the field's, else
-        the rubric's, else the engine's: content-free priors are estimated once per rubric; domain
-        priors come from the calibration file (refused when it has none for that field)."""
+        """The prior each field is divided by. Per field the method is the call's, else the one the
+        calibration was fitted under, else the field's, else the rubric's, else the engine's: content-free
+        priors are estimated once per rubric; domain priors come from the calibration file (refused when
+        it has none for that field)."""
+        fitted = calibration.corrections() if calibration is not None else {}
         methods = {
-            name: Debias(call or spec.debias or rubric.debias or self.options.debias)
+            name: Debias(call or fitted.get(name) or spec.debias or rubric.debias or self.options.debias)
             for name, spec in rubric.fields.items()
         }
         if all(method is Debias.NONE for method in methods.values()):
@@ -332,8 +334,8 @@ class Engine:
                 decided = [o for o in outcomes if isinstance(o, Decision)]
                 priors = {}
                 for name, spec in rubric.fields.items():
-                    seen = [tuple(d.fields[name].probabilities[label] for label in spec.labels)
-                            for d in decided if d.fields[name].asked]
+                    seen = [tuple(d.fields[name].probabilities.get(label, 0.0) for label in spec.labels)
+                            for d in decided if d.fields[name].asked and spec.derive is None]
                     prior = mean_distribution(seen)
                     if prior is not None:
                         priors[name] = prior

@@ -10,6 +10,15 @@ that request nothing: its pending tokens wait for the next round that reads, and
 
 Each round runs as three named phases: `pack_round` (the rows to read, after each request's pending
 tokens), the backend's pass, and `read_round` (distributions, answers, the lines to write next).
+Derived fields are computed in code as soon as the fields they read are settled (`settle_derived`).
+
+A field with `options_by` reads the row offering its parent's answer's options. A field with
+`marginalize: K` is read under each of its parent's top-K answers in the same pass: for every other
+answer a branch replaces the parent's answer line (it sees the context up to where that line began,
+then the alternative line and every line written after it), and the field's row hangs off each
+branch. Its distribution is the mixture weighted by the parent's probabilities renormalised over
+those K; a `when` condition is evaluated per hypothesis, so the field gets a probability of being
+asked; the top joint answers are reported.
 """
 
 from __future__ import annotations
@@ -19,30 +28,46 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..compiler import CompiledRubric
+from ..compiler import CompiledField, CompiledRubric
 from ..errors import InputError
 from ..spec.plan import Plan, Round
-from ..spec.rubric import FieldKind, Value
+from ..spec.rubric import FieldKind, FieldSpec, Value, label_of
 from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
 from .calibration import Calibration
 from .debias import Debias, Priors
-from .readout import read_fields
+from .derive import Joint, derive_field
+from .readout import FieldReading, read_fields
 from .result import FieldResult
+
+JOINT_ANSWERS_SHOWN = 5
 
 
 @dataclass
 class RequestState:
     input_tokens: list[int]
     context: RequestContext = field(default_factory=RequestContext)
-    pending: list[int] = field(default_factory=list)
-    """Tokens to write into the context in the next pass (the input, then decided answer lines)."""
     answers: dict[str, Value | None] = field(default_factory=dict)
     results: dict[str, FieldResult] = field(default_factory=dict)
+    written: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)
+    """Answer lines written into the prompt, in order: (field, its label, its tokens)."""
+    fed_lines: int = 0
+    """How many of `written` are already in the context (the rest go into the next pass)."""
+    input_fed: bool = False
+    joints: dict[str, Joint] = field(default_factory=dict)
     passes: int = 0
     tokens_fed: int = 0
 
-    def __post_init__(self) -> None:
-        self.pending = list(self.input_tokens)
+    @property
+    def pending(self) -> list[int]:
+        """Tokens to write into the context in the next pass (the input, then decided answer lines)."""
+        tokens = [] if self.input_fed else list(self.input_tokens)
+        for _, _, line in self.written[self.fed_lines :]:
+            tokens.extend(line)
+        return tokens
+
+    def line_start(self, index: int) -> int:
+        """Where written line `index` begins in the context (it is fed)."""
+        return len(self.input_tokens) + sum(len(line) for _, _, line in self.written[:index])
 
 
 @dataclass(frozen=True)
@@ -51,6 +76,19 @@ class Read:
     field: str
     positions: list[int]
     """The field's read positions within the packed pass."""
+    row: CompiledField
+    hypothesis: str | None = None
+    """For a marginalised field: the parent answer (label) this read assumes."""
+    weight: float = 1.0
+    """The hypothesis's probability, renormalised over the hypotheses read."""
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    label: str
+    weight: float
+    row: CompiledField | None
+    """None: the field is not asked under this parent answer."""
 
 
 def check_fits(compiled: CompiledRubric, input_tokens: list[int], max_positions: int) -> None:
@@ -90,49 +128,122 @@ def execute(
     spent = 0.0
     for round_ in plan.rounds:
         packed, reads = pack_round(compiled, round_, requests)
+        settle_derived(compiled, plan, requests, round_.index)
         if not reads:
             continue
         began = time.perf_counter()
         logprobs = backend.run_pass(head, [s.context for s in requests], packed, [p for r in reads for p in r.positions])
         spent += (time.perf_counter() - began) * 1000
         read_round(compiled, round_, requests, reads, logprobs, calibration, priors)
+        settle_derived(compiled, plan, requests, round_.index)
     return spent
 
 
 def pack_round(compiled: CompiledRubric, round_: Round, requests: list[RequestState]) -> tuple[PackedPass, list[Read]]:
     """One pass's tokens: per request that reads something this round, its pending tokens, then its rows.
 
-    Fields whose `when=` condition is false are settled here as not asked. A request with no read in
-    this round adds nothing and keeps its pending tokens for the next round.
+    Fields not asked (a false `when=`, a parent answer that offers no options) are settled here. A
+    request with no read in this round adds nothing and keeps its pending tokens for the next round.
     """
     packed = PackedPass()
     reads: list[Read] = []
     rubric = compiled.rubric
     for r, state in enumerate(requests):
-        asked = []
+        plans: list[tuple[str, list[Hypothesis]]] = []
         for name in round_.fields:
             spec = rubric.fields[name]
-            if spec.when is not None and not spec.when.holds(state.answers):
+            hypotheses = _hypotheses(compiled, spec, state)
+            if all(h.row is None for h in hypotheses):
                 state.answers[name] = None
-                state.results[name] = _not_asked(name, spec.kind, spec.when.field, round_.index)
+                state.results[name] = _not_asked(spec, state, round_.index)
             else:
-                asked.append(name)
-        if not asked:
+                plans.append((name, hypotheses))
+        if not plans:
             continue
         start = len(packed)
+        chain: list[int] = []  # packed index of each pending token, in order
         last = -1
         for token in state.pending:
             last = packed.add(token, parent=last, request=r, keep=True)
-        for name in asked:
-            row = compiled.fields[name]
-            placed: list[int] = []
-            for token, parent in zip(row.row_tokens, row.row_parents):
-                placed.append(packed.add(token, parent=last if parent < 0 else placed[parent], request=r, share=True))
-            reads.append(Read(r, name, [placed[p] for p in row.read_positions]))
+            chain.append(last)
+        for name, hypotheses in plans:
+            spec = rubric.fields[name]
+            for hypothesis in hypotheses:
+                if hypothesis.row is None:
+                    continue
+                anchor, sees = last, None
+                if hypothesis.label and hypothesis.label != _written_label(state, spec.parent):
+                    anchor, sees = _branch(compiled, state, spec.parent, hypothesis.label, packed, r, chain)  # type: ignore[arg-type]
+                positions = _place_row(packed, hypothesis.row, anchor, r, sees)
+                reads.append(Read(r, name, positions, hypothesis.row,
+                                  hypothesis.label if len(hypotheses) > 1 else None, hypothesis.weight))
         state.passes += 1
         state.tokens_fed += len(packed) - start
-        state.pending = []
+        state.input_fed = True
+        state.fed_lines = len(state.written)
     return packed, reads
+
+
+def _hypotheses(compiled: CompiledRubric, spec: FieldSpec, state: RequestState) -> list[Hypothesis]:
+    """The parent answers a field is read under: its parent's written answer alone, or the top K."""
+    if spec.marginalize is None or spec.parent is None or spec.parent not in state.results:
+        return [Hypothesis("", 1.0, _row(compiled, spec, state.answers))]
+    parent = compiled.rubric.fields[spec.parent]
+    distribution = state.results[spec.parent].probabilities
+    top = sorted((label for label, p in distribution.items() if p > 0), key=lambda label: -distribution[label])[: spec.marginalize]
+    if not top:
+        return [Hypothesis("", 1.0, _row(compiled, spec, state.answers))]
+    total = sum(distribution[label] for label in top)
+    return [
+        Hypothesis(label, distribution[label] / total,
+                   _row(compiled, spec, {**state.answers, spec.parent: parent.values[parent.labels.index(label)]}))
+        for label in top
+    ]
+
+
+def _row(compiled: CompiledRubric, spec: FieldSpec, answers: dict[str, Value | None]) -> CompiledField | None:
+    """The row a field reads given these answers; None when it is not asked under them."""
+    if spec.when is not None and not spec.when.holds(answers):
+        return None
+    if spec.options_by is not None:
+        parent_answer = answers.get(spec.options_by.field)
+        return compiled.row_for(spec.name, label_of(parent_answer) if parent_answer is not None else None)
+    return compiled.fields[spec.name]
+
+
+def _written_label(state: RequestState, name: str | None) -> str:
+    """The label of the answer line written for `name` (its best guess, even when it abstained)."""
+    return next((label for field_name, label, _ in state.written if field_name == name), "")
+
+
+def _branch(
+    compiled: CompiledRubric, state: RequestState, parent: str, label: str, packed: PackedPass, request: int, chain: list[int]
+) -> tuple[int, int | None]:
+    """A branch in which `parent` answered `label`: the context up to where the parent's line began, the
+    alternative line, then every line written after it. Returns (its last token, context it sees)."""
+    index = next(i for i, (name, _, _) in enumerate(state.written) if name == parent)
+    cf = compiled.fields[parent]
+    alternative = cf.answer_lines[cf.labels.index(label)]
+    later = [token for _, _, line in state.written[index + 1 :] for token in line]
+    if index < state.fed_lines:
+        anchor, sees = -1, state.line_start(index)
+    else:
+        # The parent's line is in this pass's pending chain: branch off the token before it.
+        offset = (0 if state.input_fed else len(state.input_tokens)) + sum(
+            len(line) for _, _, line in state.written[state.fed_lines : index]
+        )
+        anchor, sees = (chain[offset - 1], None) if offset > 0 else (-1, None)
+    for token in (*alternative, *later):
+        anchor = packed.add(token, parent=anchor, request=request, sees=sees if anchor < 0 else None)
+    return anchor, None
+
+
+def _place_row(packed: PackedPass, row: CompiledField, anchor: int, request: int, sees: int | None) -> list[int]:
+    placed: list[int] = []
+    for token, parent in zip(row.row_tokens, row.row_parents):
+        placed.append(packed.add(token, parent=anchor if parent < 0 else placed[parent], request=request, share=True,
+                                 sees=sees if anchor < 0 and parent < 0 else None))
+    return [placed[p] for p in row.read_positions]
 
 
 def read_round(
@@ -145,50 +256,112 @@ def read_round(
     priors: Priors | None = None,
 ) -> None:
     """Turn a pass's log-probs into each field's result, and queue each answer's line for the next pass."""
-    decided: dict[int, dict[str, int]] = {}
     offsets, row = [], 0
     for read in reads:
         offsets.append(row)
         row += len(read.positions)
-    readings = read_fields(logprobs, [(compiled.fields[r.field], o) for r, o in zip(reads, offsets)])
+    readings = read_fields(logprobs, [(r.row, o) for r, o in zip(reads, offsets)])
+    grouped: dict[tuple[int, str], list[tuple[Read, FieldReading]]] = {}
     for read, reading in zip(reads, readings):
-        cf = compiled.fields[read.field]
-        probabilities, abstained = reading.probabilities, False
-        debias = Debias.NONE
-        if priors is not None:
-            probabilities, debias = priors.apply(read.field, probabilities)
-        if calibration is not None:
-            probabilities, abstained = calibration.apply(read.field, probabilities, reading.candidate_mass)
-        best = max(range(len(cf.values)), key=probabilities.__getitem__)
-        # An abstained field reports no answer, but its best guess is still written into the
-        # prompt: later rows need a complete JSON object in front of them.
-        value = None if abstained else cf.values[best]
-        state = requests[read.request]
-        state.answers[read.field] = value
-        state.results[read.field] = FieldResult(
-            name=read.field,
-            kind=cf.spec.kind,
-            value=value,
-            abstained=abstained,
-            probabilities=dict(zip(cf.labels, probabilities)),
-            candidate_mass=reading.candidate_mass,
-            round=round_.index,
-            method=cf.method,
-            debias=debias.value,
-            expected_value=(
-                sum(p * v for p, v in zip(probabilities, cf.values)) if cf.spec.kind is FieldKind.SCORE else None
-            ),
-        )
-        decided.setdefault(read.request, {})[read.field] = best
+        grouped.setdefault((read.request, read.field), []).append((read, reading))
+    decided: dict[int, dict[str, str]] = {}
+    for (r, name), group in grouped.items():
+        state = requests[r]
+        result, label = _field_result(compiled, name, group, state, round_.index, calibration, priors)
+        state.results[name] = result
+        state.answers[name] = result.value
+        if label is not None:
+            decided.setdefault(r, {})[name] = label
     # Written in declaration order, so later rounds read a JSON object in the rubric's key order.
-    for r, chosen in decided.items():
+    for r, labels in decided.items():
         for name in compiled.rubric.fields:
-            if name in chosen:
-                requests[r].pending.extend(compiled.fields[name].answer_lines[chosen[name]])
+            if name in labels:
+                cf = compiled.fields[name]
+                requests[r].written.append((name, labels[name], cf.answer_lines[cf.labels.index(labels[name])]))
 
 
-def _not_asked(name: str, kind: FieldKind, condition_field: str, round_index: int) -> FieldResult:
+def _field_result(
+    compiled: CompiledRubric, name: str, group: list[tuple[Read, FieldReading]], state: RequestState, round_index: int,
+    calibration: Calibration | None, priors: Priors | None,
+) -> tuple[FieldResult, str | None]:
+    """The field's result from its reading(s) — one, or one per parent hypothesis — and the label whose
+    line is written into the prompt (None: nothing is written)."""
+    spec = compiled.rubric.fields[name]
+    labels = spec.labels
+    mixture = [0.0] * len(labels)
+    offered_set: set[int] = set()
+    mass = 0.0
+    debias = Debias.NONE
+    joint: dict[tuple[str, str], float] = {}
+    for read, reading in group:
+        indexes = [labels.index(label) for label in read.row.labels]
+        offered_set.update(indexes)
+        probabilities = reading.probabilities
+        if priors is not None:
+            probabilities, debias = priors.apply(name, probabilities, indexes if len(indexes) != len(labels) else None)
+        for index, p in zip(indexes, probabilities):
+            mixture[index] += read.weight * p
+            if read.hypothesis is not None:
+                joint[(read.hypothesis, labels[index])] = read.weight * p
+        mass += read.weight * reading.candidate_mass
+    marginalized = any(read.hypothesis is not None for read, _ in group)
+    asked_weight = sum(read.weight for read, _ in group)
+    if marginalized:
+        # Hypotheses under which the field is not asked carry the rest of the weight.
+        mixture = [p / asked_weight for p in mixture]
+        mass /= asked_weight
+        state.joints[name] = (spec.parent, joint)  # type: ignore[assignment]
+    offered = sorted(offered_set)
+    probabilities = tuple(mixture[i] for i in offered)
+    abstained = False
+    if calibration is not None:
+        probabilities, abstained = calibration.apply(name, probabilities, mass)
+    best = offered[max(range(len(offered)), key=probabilities.__getitem__)]
+    chosen_row = _row(compiled, spec, state.answers) if marginalized else group[0][0].row
+    asked = chosen_row is not None
+    value = spec.values[best] if asked and not abstained else None
+    result = FieldResult(
+        name=name, kind=spec.kind, value=value, abstained=abstained and asked,
+        probabilities={labels[i]: p for i, p in zip(offered, probabilities)},
+        candidate_mass=mass, round=round_index, method=group[0][0].row.method if not marginalized else "marginalized",
+        debias=debias.value, asked=asked,
+        reason="" if asked else _reason(spec, state),
+        expected_value=(sum(p * spec.values[i] for i, p in zip(offered, probabilities))
+                        if spec.kind is FieldKind.SCORE else None),
+        asked_probability=asked_weight if marginalized else None,
+        joint=[{"parent": h, "label": f, "probability": p}
+               for (h, f), p in sorted(joint.items(), key=lambda item: -item[1])[:JOINT_ANSWERS_SHOWN]] if marginalized else None,
+    )
+    # An abstained field reports no answer, but its best guess is still written into the prompt:
+    # later rows need a complete JSON object in front of them.
+    return result, (labels[best] if asked else None)
+
+
+def settle_derived(compiled: CompiledRubric, plan: Plan, requests: list[RequestState], round_index: int) -> None:
+    """Compute every derived field whose inputs are all settled (in plan order: derived before dependants)."""
+    rubric = compiled.rubric
+    for name in plan.derived:
+        reads = rubric.fields[name].dependencies
+        for state in requests:
+            if name not in state.results and all(read in state.results for read in reads):
+                result = derive_field(rubric, name, state.answers, state.results, state.joints, round_index)
+                state.results[name] = result
+                state.answers[name] = result.value
+
+
+def _reason(spec: FieldSpec, state: RequestState) -> str:
+    if spec.when is not None and not spec.when.holds(state.answers):
+        return f"its condition on {spec.when.field!r} was not met"
+    if spec.options_by is not None:
+        answer = state.answers.get(spec.options_by.field)
+        if answer is None:
+            return f"its parent {spec.options_by.field!r} has no answer"
+        return f"the answer {label_of(answer)!r} of {spec.options_by.field!r} offers no options"
+    return "not asked"
+
+
+def _not_asked(spec: FieldSpec, state: RequestState, round_index: int) -> FieldResult:
     return FieldResult(
-        name=name, kind=kind, value=None, probabilities={}, candidate_mass=None, round=round_index,
-        method="not_asked", asked=False, reason=f"its condition on {condition_field!r} was not met",
+        name=spec.name, kind=spec.kind, value=None, probabilities={}, candidate_mass=None, round=round_index,
+        method="not_asked", asked=False, reason=_reason(spec, state),
     )

@@ -33,7 +33,10 @@ def decision_table(decision: Any) -> Group:
         if field.expected_value is not None:
             answer += f" (mean {field.expected_value:.1f})"
         runner = f"{ranked[1][0]} {ranked[1][1]:.2f}" if len(ranked) > 1 else ""
-        mass = Text(f"{field.candidate_mass:.2f}", style="red" if field.candidate_mass < LOW_MASS else "")
+        if field.candidate_mass is None:
+            mass = Text(field.method, style="dim")  # a derived field: computed, not read
+        else:
+            mass = Text(f"{field.candidate_mass:.2f}", style="red" if field.candidate_mass < LOW_MASS else "")
         table.add_row(name, answer, f"{ranked[0][1]:.2f}", mass, runner, str(field.round))
     s = decision.stats
     footer = Text(

@@ -35,6 +35,13 @@ class FieldResult:
     """Score fields: the probability-weighted mean level."""
     debias: str = "none"
     """How `probabilities` were debiased: `none`, `content_free` or `domain` (see `runtime.debias`)."""
+    asked_probability: float | None = None
+    """A marginalised field: the probability that it is asked, over its parent's hypotheses."""
+    joint: list[dict[str, Any]] | None = None
+    """A marginalised field: its top joint answers with its parent (`parent`, `label`, `probability`)."""
+    derived_from: str | None = None
+    """A derived field: `independent` (its inputs' distributions multiplied) or `joint` (a marginalised
+    field and its parent taken together)."""
 
     @property
     def probability(self) -> float | None:
@@ -60,6 +67,9 @@ class FieldResult:
             data["abstained"] = True
         if self.debias != "none":
             data["debias"] = self.debias
+        for key in ("asked_probability", "joint", "derived_from"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
         return data
 
 

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Annotated, Any, Literal, TypeVar, Union, overload
+from typing import Annotated, Any, Callable, Literal, TypeVar, Union, overload
 
 import annotated_types
 from pydantic import (
@@ -35,7 +35,8 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from .problems import RubricError, problems_from_validation, rubric_error
-from .rubric import DECLARATION, AnswerFormat, FieldKind, FieldSpec, Rubric
+from .derived import CodeRule
+from .rubric import DECLARATION, AnswerFormat, FieldKind, FieldSpec, Rubric, label_of
 from .text import shown
 
 ModelT = TypeVar("ModelT", bound=type[BaseModel])
@@ -57,6 +58,29 @@ class Ask:
     after: tuple[str, ...] = ()
     when: tuple[str, tuple[Any, ...]] | None = None
     """(field, values): ask this field only when that field's answer is one of the values."""
+    options_by: tuple[str, tuple[tuple[Any, tuple[Any, ...]], ...]] | None = None
+    """(parent, ((parent answer, allowed values), ...)): the options offered per parent answer."""
+    marginalize: int | None = None
+
+
+@dataclass(frozen=True)
+class Derive:
+    """Per-field marker for a derived field; build it with `derive(function)`."""
+
+    function: Callable[..., Any]
+    question: str | None = None
+
+
+def derive(function: Callable[..., Any], question: str | None = None) -> Derive:
+    """A field computed from decided fields, never asked: `function`'s parameter names are the fields it
+    reads, and it returns one of the field's allowed values for every combination of their answers
+    (checked when the class is decorated; a field left unanswered is passed as None).
+
+        needs_human: Annotated[bool, derive(lambda severity, legal_threat: severity >= 7 or legal_threat)]
+    """
+    if not callable(function):
+        raise TypeError(f"derive() takes a function of the decided fields, got {function!r}")
+    return Derive(function=function, question=question)
 
 
 def ask(
@@ -65,6 +89,8 @@ def ask(
     options: Mapping[Any, str] | None = None,
     after: Sequence[str] = (),
     when: Mapping[str, Any] | None = None,
+    options_by: Mapping[str, Mapping[Any, Sequence[Any]]] | None = None,
+    marginalize: int | None = None,
 ) -> Ask:
     """Describe one decision field.
 
@@ -72,6 +98,9 @@ def ask(
     descriptions (it never adds values: those come from the type). `after` names fields to decide
     first; `when={"department": ["billing", "returns"]}` asks the field only when an earlier answer
     is one of those values (the field must then be Optional with default None).
+    `options_by={"domain": {"banking": ["transfer", "balance"], ...}}` offers, per answer of a parent
+    field, only those of the type's values. `marginalize=K` reads the field under each of its parent's
+    top-K answers and reports the mixture (see docs/declaring.md).
     """
     if question is not None and not isinstance(question, str):
         raise TypeError(f"ask(): the question must be a string, got {question!r}")
@@ -88,11 +117,19 @@ def ask(
         ((field, values),) = when.items()
         values = tuple(values) if isinstance(values, (list, tuple, set, frozenset)) else (values,)
         condition = (field, tuple(_plain(value) for value in values))
+    by = None
+    if options_by is not None:
+        if not isinstance(options_by, Mapping) or len(options_by) != 1:
+            raise ValueError(f"ask(options_by=...) must map one parent field to its answers' options, got {options_by!r}")
+        ((parent, per_answer),) = options_by.items()
+        by = (parent, tuple((_plain(answer), tuple(_plain(v) for v in values)) for answer, values in per_answer.items()))
     return Ask(
         question=question,
         options=tuple((options or {}).items()),
         after=after,
         when=condition,
+        options_by=by,
+        marginalize=marginalize,
     )
 
 
@@ -285,6 +322,9 @@ def _unresolved(annotation: Any) -> bool:
 
 
 def _field_data(model: type[BaseModel], field_name: str, info: FieldInfo) -> dict[str, Any]:
+    derived = next((item for item in info.metadata if isinstance(item, Derive)), None)
+    if derived is not None:
+        return _derived_data(field_name, info, derived)
     marker = next((item for item in info.metadata if isinstance(item, Ask)), Ask())
     question = marker.question if marker.question is not None else info.description
     if not question:
@@ -306,9 +346,27 @@ def _field_data(model: type[BaseModel], field_name: str, info: FieldInfo) -> dic
             )
         field, values = marker.when
         data["when"] = {"field": field, "values": list(values)}
+    if marker.options_by is not None:
+        parent, per_answer = marker.options_by
+        data["options_by"] = {"field": parent, "options": {
+            label_of(answer) if isinstance(answer, (bool, int)) else answer: {str(v): "" for v in values}
+            for answer, values in per_answer
+        }}
+    if marker.marginalize is not None:
+        data["marginalize"] = marker.marginalize
     _check_aliases(model, field_name, info)
     _check_constraints(model, info, data, conditional=marker.when is not None)
     return data
+
+
+def _derived_data(field_name: str, info: FieldInfo, marker: Derive) -> dict[str, Any]:
+    annotation, _ = _strip_optional(info.annotation)
+    try:
+        rule = CodeRule.of(marker.function)
+    except ValueError as error:
+        raise _DeclarationError(str(error)) from None
+    question = marker.question or info.description or f"computed from {', '.join(rule.reads)}"
+    return {"question": question, **_kind_data(annotation, info.metadata), "derive": rule}
 
 
 def _check_aliases(model: type[BaseModel], field_name: str, info: FieldInfo) -> None:
@@ -336,7 +394,7 @@ _USER_CODE = (
 def _check_constraints(model: type[BaseModel], info: FieldInfo, data: dict[str, Any], *, conditional: bool) -> None:
     """Every answer the type allows must pass the field's own constraints (`multiple_of`,
     `max_length`, `pattern`, `strict`, ...), or the engine would pick answers the class then refuses."""
-    constraints = [item for item in info.metadata if not isinstance(item, (Ask, *_USER_CODE))]
+    constraints = [item for item in info.metadata if not isinstance(item, (Ask, Derive, *_USER_CODE))]
     annotation = Annotated[(info.annotation, *constraints)] if constraints else info.annotation  # type: ignore[valid-type]
     strict = model.model_config.get("strict")
     try:

@@ -4,6 +4,9 @@ Round 0 holds the pinned first field alone: its answer is written into the promp
 else is asked, because every field asked right after `{` is asked as if it were the first key.
 The remaining fields follow in dependency levels (`after=` and `when=` both create edges); a level
 larger than the rubric's `max_fields_per_pass` budget is split into several rounds.
+
+Derived fields take no pass: each is computed as soon as the fields its rule reads are settled, so it
+sits on the level of its deepest input, and a field that reads it comes one level later.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ class Round:
 class Plan:
     rubric: str
     rounds: tuple[Round, ...]
+    derived: tuple[str, ...] = ()
+    """Derived fields in an order that computes each after the derived fields it reads."""
 
     @property
     def forward_passes(self) -> int:
@@ -40,7 +45,10 @@ class Plan:
         raise KeyError(field)
 
     def to_dict(self) -> dict:
-        return {"rubric": self.rubric, "rounds": [asdict(r) | {"fields": list(r.fields)} for r in self.rounds]}
+        data = {"rubric": self.rubric, "rounds": [asdict(r) | {"fields": list(r.fields)} for r in self.rounds]}
+        if self.derived:
+            data["derived"] = list(self.derived)
+        return data
 
 
 def make_plan(
@@ -56,16 +64,17 @@ def make_plan(
     budget = max_fields_per_pass or rubric.max_fields_per_pass
     deps = {spec.name: spec.dependencies for spec in rubric}
     order = list(rubric.fields)
+    derived = set(rubric.derived_fields())
 
     first = None
     if pin:
-        # The first declared field that depends on nothing is the one the prompt's first key answers.
-        first = next(name for name in order if not deps[name])
-    level_of = dependency_levels(order, deps, pinned=first)
+        # The first declared asked field that depends on nothing is the one the prompt's first key answers.
+        first = next(name for name in order if not deps[name] and name not in derived)
+    level_of, computed = dependency_levels(order, deps, pinned=first, derived=derived)
     levels: list[tuple[list[str], bool]] = [([first], True)] if first is not None else []
     by_level: dict[int, list[str]] = {}
     for name in order:  # declared order within each level
-        if name != first:
+        if name != first and name not in derived:
             by_level.setdefault(level_of[name], []).append(name)
     levels.extend((by_level[number], False) for number in sorted(by_level))
 
@@ -74,11 +83,14 @@ def make_plan(
         size = budget or len(names)
         for start in range(0, len(names), size):
             rounds.append(Round(len(rounds), tuple(names[start : start + size]), pinned, level))
-    return Plan(rubric=rubric.name, rounds=tuple(rounds))
+    return Plan(rubric=rubric.name, rounds=tuple(rounds), derived=tuple(n for n in computed if n in derived))
 
 
-def dependency_levels(order: list[str], deps: dict[str, tuple[str, ...]], *, pinned: str | None) -> dict[str, int]:
-    """Each field's level: one more than its deepest dependency (the pinned field alone below all).
+def dependency_levels(
+    order: list[str], deps: dict[str, tuple[str, ...]], *, pinned: str | None, derived: set[str] | frozenset[str] = frozenset()
+) -> tuple[dict[str, int], list[str]]:
+    """Each field's level: one more than its deepest dependency (the pinned field alone below all; a
+    derived field on the level of its deepest input, since it takes no pass), and a topological order.
 
     Kahn's algorithm over the dependency graph, linear in fields plus edges and without recursion,
     so a chain of thousands of fields plans as fast as a flat rubric.
@@ -89,14 +101,16 @@ def dependency_levels(order: list[str], deps: dict[str, tuple[str, ...]], *, pin
     for name in order:
         for dep in deps[name]:
             dependants[dep].append(name)
-    level = {name: (0 if name == pinned else base) for name in order}
+    level = {name: (0 if name == pinned or name in derived else base) for name in order}
     ready = [name for name in order if waiting[name] == 0]
+    topological: list[str] = []
     while ready:
         name = ready.pop()
+        topological.append(name)
         for dependant in dependants[name]:
-            level[dependant] = max(level[dependant], level[name] + 1)
+            level[dependant] = max(level[dependant], level[name] + (0 if dependant in derived else 1))
             waiting[dependant] -= 1
             if waiting[dependant] == 0:
                 ready.append(dependant)
     assert not any(waiting.values()), "the rubric guarantees an acyclic dependency graph"
-    return level
+    return level, topological

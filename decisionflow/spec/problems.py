@@ -66,6 +66,10 @@ def problems_from_validation(
     return problems
 
 
+_RULE_TAGS = {"test", "any", "all", "not", "table", "code"}
+_RULE_PARENTS = {"derive", "if", "not"} | set(range(1000))
+
+
 def _locate(detail: dict[str, Any], *, hint: bool = True) -> tuple[Path, str]:
     path: Path = tuple(detail["loc"])
     kind = detail["type"]
@@ -80,6 +84,8 @@ def _locate(detail: dict[str, Any], *, hint: bool = True) -> tuple[Path, str]:
     if len(path) >= 2 and path[-1] in _UNION_MEMBERS and isinstance(path[-2], int):
         path = path[:-1]
         message = f"must be a string, true/false or an integer, got {shown(detail.get('input'))}"
+    # Tags of the rule unions (`test`, `any`, ...) name a branch of the type, not a key anyone wrote.
+    path = tuple(part for i, part in enumerate(path) if not (part in _RULE_TAGS and i > 0 and path[i - 1] in _RULE_PARENTS))
     if len(path) == 3 and path[0] == "fields" and path[2] == "name":
         # The name is the mapping key; nobody wrote a `name:` entry.
         path = path[:2]

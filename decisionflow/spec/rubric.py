@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from .derived import CodeRule, Derivation, RuleTable
 from .text import has_visible, one_line, refused_character, shown, without_invisible
 
 MAX_SCORE_LEVELS = 101
@@ -128,6 +129,13 @@ class Condition(_Frozen):
         )
 
 
+class OptionsBy(_Frozen):
+    """A choice field's options per answer of its parent: `{field: parent, options: {answer: {label: description}}}`."""
+
+    field: StrictStr
+    options: dict[StrictStr, dict[StrictStr, StrictStr]] = Field(min_length=1)
+
+
 class FieldSpec(_Frozen):
     """One closed-set question. `name` is the JSON key; it comes from the mapping key in `Rubric.fields`."""
 
@@ -144,6 +152,42 @@ class FieldSpec(_Frozen):
     """Overrides the rubric's (and the engine's) readout correction for this field."""
     catalog: Catalog | None = None
     """Overrides the rubric's (and the engine's) catalog strategy for this field."""
+    options_by: OptionsBy | None = None
+    """Choice fields whose options depend on a parent's answer: the parent and, per parent answer,
+    its options. `options` is then the union of them all, in order of first appearance."""
+    marginalize: StrictInt | None = Field(default=None, ge=2)
+    """Read this field under each of its parent's top-K answers in the same pass and report the
+    mixture weighted by the parent's probabilities, instead of trusting the parent's single best."""
+    derive: Derivation | None = None
+    """A rule computing this field from decided fields (see `spec.derived`): it is never asked."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _union_of_options_by(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("options_by"), dict) and "options" not in data:
+            by = data["options_by"]
+            if len(by) == 1:
+                (_, per_answer), = by.items()
+                if isinstance(per_answer, dict):
+                    union: dict[Any, Any] = {}
+                    for options in per_answer.values():
+                        for label, description in _option_items(options):
+                            if isinstance(label, str) and (label not in union or not union[label]):
+                                union[label] = description or ""
+                    data = {**data, "options": union}
+        return data
+
+    @field_validator("options_by", mode="before")
+    @classmethod
+    def _options_by_mapping(cls, value: Any) -> Any:
+        if isinstance(value, dict) and set(value) != {"field", "options"}:
+            if len(value) != 1:
+                raise ValueError("must name exactly one parent field, e.g. {domain: {banking: [...], travel: [...]}}")
+            (field, per_answer), = value.items()
+            if not isinstance(per_answer, dict):
+                raise ValueError(f"{shown(field)} must map each of its answers to that answer's options")
+            return {"field": field, "options": {k: dict(_option_items(v)) for k, v in per_answer.items()}}
+        return value
 
     @field_validator("name")
     @classmethod
@@ -258,6 +302,7 @@ class FieldSpec(_Frozen):
                 raise ValueError("options: a boolean field takes no `options`")
             self._check_no_bounds()
         self._check_descriptions()
+        self._check_orchestration()
         if self.name in self.after:
             raise ValueError(f"after: field {self.name!r} cannot come after itself")
         listed: set[str] = set()
@@ -266,6 +311,51 @@ class FieldSpec(_Frozen):
                 raise ValueError(f"after: lists {shown(dep)} twice")
             listed.add(dep)
         return self
+
+    def _check_orchestration(self) -> None:
+        if self.derive is not None:
+            for key in ("after", "when", "marginalize", "options_by"):
+                if getattr(self, key):
+                    raise ValueError(f"{key}: a derived field is computed from the fields its rule reads; "
+                                     f"it takes no `{key}`")
+        if self.options_by is not None:
+            if self.kind is not FieldKind.CHOICE:
+                raise ValueError("options_by: only a choice field can take its options from a parent's answer")
+            union = set(self.options or {})
+            offered = {label for options in self.options_by.options.values() for label in options}
+            if offered != union:
+                stray = sorted(offered - union) or sorted(union - offered)
+                raise ValueError(f"options_by: the options must be exactly those offered under some answer of "
+                                 f"{self.options_by.field!r}; {shown(stray[0])} is not")
+            for answer, options in self.options_by.options.items():
+                if len(options) < 2:
+                    raise ValueError(f"options_by.{self.options_by.field}: the answer {shown(answer)} needs at "
+                                     f"least two options, got {len(options)}")
+        if self.marginalize is not None and self.parent is None:
+            raise ValueError("marginalize: needs exactly one parent to marginalise over (a `when` field, "
+                             "`options_by`, or a single `after` field)")
+
+    @property
+    def parent(self) -> str | None:
+        """The one field this field's answer is conditioned on, for `marginalize`: its `options_by` or
+        `when` field, else its single `after` field (None when that is not one field)."""
+        if self.options_by is not None:
+            return self.options_by.field
+        if self.when is not None:
+            return self.when.field
+        return self.after[0] if len(self.after) == 1 else None
+
+    def options_for(self, parent_answer: Value | None) -> dict[str, str] | None:
+        """The options offered when the parent answered `parent_answer` (all of them without `options_by`;
+        None when that answer offers none: the field is then not asked)."""
+        if self.options_by is None:
+            return self.options
+        return self.options_for_label(label_of(parent_answer)) if parent_answer is not None else None
+
+    def options_for_label(self, parent_label: str) -> dict[str, str] | None:
+        assert self.options_by is not None
+        subset = self.options_by.options.get(parent_label)
+        return None if subset is None else {label: text or (self.options or {}).get(label, "") for label, text in subset.items()}
 
     def _check_descriptions(self) -> None:
         for label, description in (self.options or {}).items():
@@ -301,10 +391,15 @@ class FieldSpec(_Frozen):
 
     @property
     def dependencies(self) -> tuple[str, ...]:
-        """Fields that must be decided before this one (`after` plus the condition's field)."""
+        """Fields that must be settled before this one: `after`, the condition's field, the `options_by`
+        parent, and the fields a derived field's rule reads."""
         deps = list(self.after)
-        if self.when is not None and self.when.field not in deps:
-            deps.append(self.when.field)
+        extra = [self.when.field] if self.when is not None else []
+        extra += [self.options_by.field] if self.options_by is not None else []
+        extra += list(self.derive.reads) if self.derive is not None else []
+        for dep in extra:
+            if dep not in deps:
+                deps.append(dep)
         return tuple(deps)
 
 
@@ -355,6 +450,9 @@ class Rubric(_Frozen):
     def _check_answer_ids(self) -> Rubric:
         if self.answer_format is AnswerFormat.IDS:
             for key, spec in self.fields.items():
+                if spec.options_by is not None:
+                    raise ValueError(f"fields.{key}.options_by: options that depend on a parent's answer need "
+                                     "`answer_format: labels` (an id would name a different option per answer)")
                 if spec.kind is FieldKind.CHOICE and len(spec.options or {}) > MAX_ANSWER_IDS:
                     raise ValueError(
                         f"fields.{key}.options: {len(spec.options or {})} options, but `answer_format: ids` "
@@ -390,10 +488,44 @@ class Rubric(_Frozen):
                             f"fields.{key}.when: {shown(value)} is not an allowed answer of "
                             f"{spec.when.field!r} (allowed: {_listing(allowed, repr)}){hint}"
                         )
+            for dep, where in ([(spec.options_by.field, "options_by")] if spec.options_by else []) + [
+                (read, "derive") for read in (spec.derive.reads if spec.derive else ())
+            ]:
+                if dep not in self.fields:
+                    raise ValueError(f"fields.{key}.{where}: unknown field {shown(dep)} (fields: {known})")
+                if dep == key:
+                    raise ValueError(f"fields.{key}.{where}: a field cannot depend on its own answer")
         cycle = find_cycle({k: s.dependencies for k, s in self.fields.items()})
         if cycle:
             raise ValueError(f"fields.{cycle[0]}: dependency cycle " + " -> ".join(cycle))
+        for key, spec in self.fields.items():
+            self._check_orchestration_of(key, spec)
+        if all(spec.derive is not None for spec in self):
+            raise ValueError("fields: every field is derived; at least one must be asked of the model")
         return self
+
+    def _check_orchestration_of(self, key: str, spec: FieldSpec) -> None:
+        if spec.options_by is not None:
+            parent = self.fields[spec.options_by.field]
+            answers = set(parent.labels)
+            for answer in spec.options_by.options:
+                if answer not in answers:
+                    raise ValueError(
+                        f"fields.{key}.options_by.{spec.options_by.field}: {shown(answer)} is not an answer of "
+                        f"{spec.options_by.field!r} (answers: {_listing(parent.labels, str)})"
+                    )
+        if spec.marginalize is not None:
+            parent = self.fields[spec.parent]  # type: ignore[index]
+            if parent.derive is not None:
+                raise ValueError(f"fields.{key}.marginalize: its parent {spec.parent!r} is derived, not read from the model")
+            if spec.marginalize > len(parent.values):
+                raise ValueError(f"fields.{key}.marginalize: {spec.marginalize} hypotheses, but {spec.parent!r} has "
+                                 f"only {len(parent.values)} answers")
+        if spec.derive is not None:
+            check_derivation(key, spec, self.fields)
+
+    def derived_fields(self) -> tuple[str, ...]:
+        return tuple(name for name, spec in self.fields.items() if spec.derive is not None)
 
     def __iter__(self) -> Iterator[FieldSpec]:  # type: ignore[override]
         return iter(self.fields.values())
@@ -440,6 +572,66 @@ def find_cycle(edges: dict[str, tuple[str, ...]]) -> list[str] | None:
     return None
 
 
+MAX_DERIVED_COMBINATIONS = 100_000
+"""A derived field's rule is checked on every combination of the answers it reads, up to this many."""
+
+
+def check_derivation(key: str, spec: FieldSpec, fields: dict[str, FieldSpec]) -> None:
+    """Refuse a rule that tests answers its fields cannot give, or can give a value outside its type."""
+    rule = spec.derive
+    allowed = spec.values
+    if isinstance(rule, RuleTable):
+        for number, item in enumerate(rule.rules):
+            for test in item.if_.tests():
+                target = fields[test.field]
+                wanted = [test.is_] if test.is_ is not None else list(test.in_ or ())
+                for value in wanted:
+                    if not any(value == a and type(value) is type(a) for a in target.values):
+                        raise ValueError(f"fields.{key}.derive.rules.{number}: {shown(value)} is not an answer of "
+                                         f"{test.field!r} (allowed: {_listing(target.values, repr)})")
+                if (test.at_least is not None or test.at_most is not None) and target.kind is not FieldKind.SCORE:
+                    raise ValueError(f"fields.{key}.derive.rules.{number}: `at_least`/`at_most` compare scores; "
+                                     f"{test.field!r} is a {target.kind.value} field")
+        for value in rule.outputs:
+            if not any(value == a and type(value) is type(a) for a in allowed):
+                raise ValueError(f"fields.{key}.derive: the rule can give {shown(value)}, which is not an allowed "
+                                 f"answer of {key!r} (allowed: {_listing(allowed, repr)})")
+        return
+    assert isinstance(rule, CodeRule)
+    domains = [possible_answers(fields, read) for read in rule.reads]
+    combinations = 1
+    for domain in domains:
+        combinations *= len(domain)
+    if combinations > MAX_DERIVED_COMBINATIONS:
+        raise ValueError(f"fields.{key}.derive: the function reads {combinations} combinations of answers, more than "
+                         f"the {MAX_DERIVED_COMBINATIONS} that can be checked; split it into smaller derived fields")
+    for combination in _product(domains):
+        answers = dict(zip(rule.reads, combination))
+        try:
+            value = rule.evaluate(answers)
+        except Exception as error:  # noqa: BLE001 - a rule that raises is refused at declaration, not at decision time
+            raise ValueError(f"fields.{key}.derive: the function raised {type(error).__name__}: {error} for "
+                             f"{answers}") from None
+        if not any(value == a and type(value) is type(a) for a in allowed):
+            raise ValueError(f"fields.{key}.derive: the function returns {shown(value)} for {answers}, which is not "
+                             f"an allowed answer of {key!r} (allowed: {_listing(allowed, repr)})")
+
+
+def possible_answers(fields: dict[str, FieldSpec], name: str) -> list[Value | None]:
+    """What a rule may see for a field: its answers, and None when it may be left unanswered."""
+    spec = fields[name]
+    answers: list[Value | None] = list(spec.values)
+    if spec.when is not None or spec.options_by is not None:
+        answers.append(None)
+    return answers
+
+
+def _product(domains: list[list[Any]]) -> Iterator[tuple[Any, ...]]:
+    import itertools
+
+    return itertools.product(*domains)
+
+
 def _written(value: Value) -> str:
     """An answer as YAML writes it: `true`, `3`, `'billing'`."""
     return label_of(value) if isinstance(value, (bool, int)) else repr(value)
@@ -466,6 +658,22 @@ def _score_options(options: dict[Any, Any], *, integer_keys_only: bool) -> dict[
             raise ValueError(f"level {label} is described twice")
         labels[label] = "" if description is None else description
     return labels
+
+
+def _option_items(options: Any) -> list[tuple[Any, Any]]:
+    """(label, description) pairs of an options list or mapping, as `options` accepts them."""
+    if isinstance(options, dict):
+        return [(label, "" if text is None else text) for label, text in options.items()]
+    if isinstance(options, (list, tuple)):
+        pairs = []
+        for item in options:
+            if isinstance(item, dict) and len(item) == 1:
+                (label, text), = item.items()
+                pairs.append((label, "" if text is None else text))
+            else:
+                pairs.append((item, ""))
+        return pairs
+    raise ValueError(f"options must be a list of labels or a mapping of label to description, got {shown(options)}")
 
 
 def _as_int(text: str) -> int | None:

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import yaml
 from pydantic import ValidationError
 
+from .derived import CodeRule
 from .problems import (
     Problem,
     RubricError,
@@ -185,7 +186,19 @@ def _field_data(spec: FieldSpec) -> dict[str, Any]:
         value = getattr(spec, key)
         if key == "name" or (not info.is_required() and value == info.default):
             continue
-        if key == "options":
+        if key == "options" and spec.options_by is not None:
+            continue  # the union of `options_by`, which is written instead
+        if key == "options_by":
+            value = {value.field: {answer: list(options) if not any(options.values()) else {k: v or None for k, v in options.items()}
+                                   for answer, options in value.options.items()}}
+        elif key == "derive":
+            if isinstance(value, CodeRule):
+                raise RubricError.one(
+                    spec.name, f"fields.{spec.name}.derive",
+                    "a field derived by Python code cannot be written as YAML; write its rule as a rule table",
+                )
+            value = value.model_dump(mode="json", by_alias=True, exclude_none=True)
+        elif key == "options":
             value = {
                 (int(label) if spec.kind is FieldKind.SCORE else label): (description or None)
                 for label, description in value.items()
