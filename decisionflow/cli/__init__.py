@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from . import bench, quality, rubrics, run
+from . import bench, quality, rubrics, run, serve
 from .common import Settings
 
 app = typer.Typer(
@@ -39,5 +39,6 @@ app.command()(run.run)
 app.command("eval")(quality.eval_command)
 app.command("calibrate")(quality.calibrate_command)
 app.command("bench")(bench.bench_command)
+app.command("serve")(serve.serve_command)
 
 __all__ = ["app"]

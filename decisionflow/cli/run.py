@@ -1,15 +1,18 @@
-"""`decisionflow run`: decide one text, or a JSONL file resumably, and show per-field scores."""
+"""`decisionflow run`: decide one text, or a JSONL/CSV/Parquet file resumably (here or on Ray), and show per-field scores."""
 
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 from .common import (
+    DeviceOption,
+    DtypeOption,
     ExactOption,
     ModelOption,
     RubricRef,
@@ -23,13 +26,22 @@ from .common import (
 )
 
 
+class Executor(str, Enum):
+    plain = "plain"
+    ray = "ray"
+
+
 def run(
     ctx: typer.Context,
     rubric_ref: RubricRef,
     text: Annotated[str | None, typer.Option(help="The input to decide on.", show_default=False)] = None,
     input_path: Annotated[
         Path | None,
-        typer.Option("--input", help='A JSONL file, one {"id": ..., "text": ...} per line.', show_default=False),
+        typer.Option(
+            "--input",
+            help='A JSONL file (one {"id": ..., "text": ...} per line), a .csv file or a .parquet file.',
+            show_default=False,
+        ),
     ] = None,
     output_path: Annotated[
         Path | None,
@@ -43,14 +55,35 @@ def run(
         typer.Option("--pin/--no-pin", help="Decide the first field alone first (default: the rubric's pin_first).", show_default=False),
     ] = None,
     threads: ThreadsOption = None,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
+    text_column: Annotated[
+        str | None,
+        typer.Option(help="The --input column (or JSONL key) holding the input (default: text, input or messages).", show_default=False),
+    ] = None,
+    id_column: Annotated[
+        str | None,
+        typer.Option(help="The --input column (or JSONL key) holding each row's id (default: id, else the row number).", show_default=False),
+    ] = None,
+    executor: Annotated[
+        Executor,
+        typer.Option("--engine", help="Decide --input here (plain) or on a Ray cluster's actor pool (ray; needs the `ray` extra)."),
+    ] = Executor.plain,
+    address: Annotated[
+        str | None,
+        typer.Option(help="--engine ray: the Ray cluster to join (default: RAY_ADDRESS, a cluster started here, else a new local one).", show_default=False),
+    ] = None,
+    num_actors: Annotated[
+        int | None,
+        typer.Option(min=1, help="--engine ray: engine actors, each loading the model once (default 1).", show_default=False),
+    ] = None,
 ) -> None:
-    """Decide one text (--text) or a JSONL file (--input/--output) with a model (default: the bundled SmolLM2)."""
+    """Decide one text (--text) or a JSONL/CSV/Parquet file (--input/--output) with a model (default: the bundled SmolLM2)."""
     err = stderr()
-    if (text is None) == (input_path is None):
-        say(err, "run: give exactly one of --text or --input")
-        raise typer.Exit(2)
-    if input_path is not None and output_path is None:
-        say(err, "run: --input needs --output")
+    usage = _usage_problem(text, input_path, output_path, executor, text_column=text_column, id_column=id_column,
+                           address=address, num_actors=num_actors)
+    if usage:
+        say(err, f"run: {usage}")
         raise typer.Exit(2)
     if input_path is not None and not input_path.is_file():
         say(err, f"run: input file not found: {input_path}")
@@ -62,10 +95,21 @@ def run(
 
         guarded(ctx, err, lambda: calibration.check(rubric_of(target)))
     if input_path is not None:
-        from ..runtime.resumable_jsonl import read_rows
+        from ..runtime.input_files import read_rows
 
-        guarded(ctx, err, lambda: read_rows(input_path))  # a bad file is refused before the model loads
-    engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, pin=pin, threads=threads))
+        # A bad file (a missing column, a duplicate id) is refused before the model loads.
+        guarded(ctx, err, lambda: read_rows(input_path, text_column=text_column, id_column=id_column))
+    if executor is Executor.ray:
+        from ..scale import RayOptions
+
+        assert input_path is not None and output_path is not None
+        ray_options = RayOptions(
+            address=address, num_actors=num_actors or 1, model=model, mode="exact" if exact else "branch", pin_first=pin,
+            device=None if device == "auto" else device, dtype=None if dtype == "auto" else dtype,
+        )
+        _run_on_ray(ctx, err, target, calibration, input_path, output_path, ray_options, text_column, id_column)
+        return
+    engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, pin=pin, threads=threads, device=device, dtype=dtype))
     if text is not None:
         decision = guarded(ctx, err, lambda: engine.decide(target, text, calibration=calibration))
         if as_json:
@@ -88,8 +132,52 @@ def run(
         task = bar.add_task("rows", total=None)
         summary = guarded(ctx, err, lambda: decide_file(
             engine, target, input_path, output_path, calibration=calibration,
+            text_column=text_column, id_column=id_column,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         ))
+    _report(err, summary, output_path)
+
+
+def _usage_problem(
+    text: str | None, input_path: Path | None, output_path: Path | None, executor: Executor, **options: Any
+) -> str | None:
+    """What is wrong with how the options are combined (exit 2), or None."""
+    if (text is None) == (input_path is None):
+        return "give exactly one of --text or --input"
+    if input_path is not None and output_path is None:
+        return "--input needs --output"
+    file_only = {"--text-column": options["text_column"], "--id-column": options["id_column"]}
+    if executor is Executor.ray:
+        file_only["--engine ray"] = executor.value
+    given = [name for name, value in file_only.items() if value is not None]
+    if input_path is None and given:
+        return f"{given[0]} applies to --input files only"
+    ray_only = [name for name in ("address", "num_actors") if options[name] is not None]
+    if ray_only and executor is not Executor.ray:
+        return f"--{ray_only[0].replace('_', '-')} applies to --engine ray only"
+    return None
+
+
+def _run_on_ray(
+    ctx: typer.Context, err: Any, target: Any, calibration: Any, input_path: Path, output_path: Path,
+    options: Any, text_column: str | None, id_column: str | None,
+) -> None:
+    """The same resumable file run, decided by an actor pool on a Ray cluster (the model loads in each actor)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from ..scale import decide_file_on_ray
+
+    with Progress(TextColumn("deciding on ray"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err) as bar:
+        task = bar.add_task("rows", total=None)
+        summary = guarded(ctx, err, lambda: decide_file_on_ray(
+            target, input_path, output_path, options, calibration=calibration,
+            text_column=text_column, id_column=id_column,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        ))
+    _report(err, summary, output_path)
+
+
+def _report(err: Any, summary: Any, output_path: Path) -> None:
     repaired = f"; {summary.repaired} stale output lines dropped" if summary.repaired else ""
     say(err, f"{summary.decided} decided, {summary.skipped} already done, {summary.failed} failed "
              f"of {summary.total} rows -> {output_path}{repaired}")

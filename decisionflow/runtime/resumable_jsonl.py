@@ -1,18 +1,21 @@
-"""Deciding JSONL files resumably: one `{"id": ..., "text": ...}` object per line in, one record per line out.
+"""Deciding input files resumably: rows in (JSONL, CSV or Parquet, see `input_files`), one JSONL record per row out.
 
 The promise: whenever a run is interrupted (Ctrl-C, a crash, SIGKILL) and rerun with the same
 arguments, the output ends up with exactly one record per input id — a decision, or an `error`
 record saying why that row could not be decided — and every line of it parses.
 
 How it is kept:
-- Ids are checked up front: two input lines with the same id (`7` and `"7"` are the same id; a line
-  without an id takes its line number) are refused, naming both lines, before anything is decided.
+- Ids are checked up front: two input rows with the same id (`7` and `"7"` are the same id; a row
+  without an id takes its line or row number) are refused, naming both rows, before anything is decided.
 - Each record is written as one complete line in a single write to a file opened for appending, and
   the file is flushed to disk after every chunk.
 - On a rerun the output is read first: a last line cut short by a kill (no newline, or not JSON) is
   dropped, `error` records are dropped so their rows are tried again, and a duplicate record for an
   id keeps the first. If anything was dropped, the cleaned file replaces the old one atomically
   (written beside it, then renamed) before any new record is appended.
+
+`ResumableOutput` is that output on its own, so another executor (the Ray Data path in
+`decisionflow.scale`) writes with the same guarantees.
 """
 
 from __future__ import annotations
@@ -22,11 +25,15 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable
 
-from ..errors import DataError, DecisionflowError
+from ..errors import DecisionflowError
+from .input_files import TEXT_KEYS, InputRow, read_rows
 
-TEXT_KEYS = ("text", "input", "messages")
+__all__ = [
+    "TEXT_KEYS", "BatchSummary", "InputRow", "ResumableOutput", "decide_file", "encode_record", "read_rows",
+    "record_of", "recover_output",
+]
 
 
 @dataclass(frozen=True)
@@ -38,52 +45,6 @@ class BatchSummary:
     failed: int
     repaired: int = 0
     """Output lines dropped on resume: a torn last line, earlier error records, duplicates."""
-
-
-@dataclass(frozen=True)
-class InputRow:
-    id: str
-    payload: Any
-    line: int
-
-
-def read_rows(path: Path) -> list[InputRow]:
-    """Every non-empty line as (id, payload); ids default to the line number and must be unique."""
-    rows: list[InputRow] = []
-    first_line: dict[str, int] = {}
-    for number, line in _numbered_lines(path):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{number}: not a JSON object: {exc.msg}") from None
-        if not isinstance(row, dict):
-            raise DataError(f"{path}:{number}: expected a JSON object with a `text` key")
-        key = next((k for k in TEXT_KEYS if k in row), None)
-        if key is None:
-            raise DataError(f"{path}:{number}: no `text` key (also accepted: {', '.join(TEXT_KEYS[1:])})")
-        raw_id = row.get("id", number)
-        if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
-            raise DataError(f"{path}:{number}: `id` must be a string or an integer, got {raw_id!r}")
-        row_id = str(raw_id)
-        if row_id in first_line:
-            implicit = "" if "id" in row else " (a line without an id takes its line number)"
-            raise DataError(
-                f"{path}:{number}: id {row_id!r} is already used on line {first_line[row_id]}{implicit}; "
-                "ids must be unique so each row gets exactly one result"
-            )
-        first_line[row_id] = number
-        rows.append(InputRow(row_id, row[key], number))
-    return rows
-
-
-def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    try:
-        with path.open(encoding="utf-8") as handle:
-            yield from enumerate(handle, start=1)
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
 def recover_output(path: Path) -> tuple[set[str], int]:
@@ -131,15 +92,64 @@ def _replace_atomically(path: Path, content: bytes) -> None:
         raise
 
 
+# Characters that `str.splitlines` (and some readers) take for line breaks although JSON leaves them
+# unescaped: escaped, a record stays one line for every reader.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def encode_record(record: dict[str, Any]) -> bytes:
     """One record as one JSON line; a lone surrogate in it is written as its `\\udXXX` escape."""
-    return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8", errors="backslashreplace")
+    text = json.dumps(record, ensure_ascii=False).translate(_LINE_BREAKS)
+    return (text + "\n").encode("utf-8", errors="backslashreplace")
+
+
+def record_of(row_id: str, outcome: Any) -> dict[str, Any]:
+    """The output record of one row: its decision as `run --json` prints it, or the error that row raised."""
+    if isinstance(outcome, DecisionflowError):
+        outcome.input_index = None  # the record's id names the row
+        return {"id": row_id, "error": str(outcome)}
+    return {"id": row_id, **outcome.to_dict()}
 
 
 def _write_all(descriptor: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(descriptor, view):]
+
+
+class ResumableOutput:
+    """A JSONL output that a rerun resumes: repaired on open, appended to in whole lines, flushed per chunk.
+
+        with ResumableOutput(path) as output:
+            todo = [row for row in rows if row.id not in output.done]
+            output.write_chunk(records)
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.done: set[str] = set()
+        """Ids already decided by an earlier run (after the repair)."""
+        self.repaired = 0
+        """Lines the repair dropped: a torn last line, earlier error records, duplicates."""
+        self._descriptor: int | None = None
+
+    def __enter__(self) -> ResumableOutput:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.done, self.repaired = recover_output(self.path)
+        self._descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self
+
+    def write_chunk(self, records: Iterable[dict[str, Any]]) -> None:
+        """Append each record as one line (one write each), then flush the file to disk."""
+        assert self._descriptor is not None, "write_chunk outside `with ResumableOutput(...)`"
+        for record in records:
+            _write_all(self._descriptor, encode_record(record))
+        os.fsync(self._descriptor)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._descriptor is not None:
+            os.close(self._descriptor)
+            self._descriptor = None
 
 
 def decide_file(
@@ -151,33 +161,24 @@ def decide_file(
     chunk_size: int = 16,
     calibration: Any = None,
     progress: Callable[[int, int], None] | None = None,
+    text_column: str | None = None,
+    id_column: str | None = None,
 ) -> BatchSummary:
-    """Decide every row of `source` not yet in `output`, appending one record per row."""
-    rows = read_rows(source)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    finished, repaired = recover_output(output)
-    todo = [row for row in rows if row.id not in finished]
-    skipped = len(rows) - len(todo)
+    """Decide every row of `source` (JSONL, CSV or Parquet) not yet in `output`, appending one record per row."""
+    rows = read_rows(source, text_column=text_column, id_column=id_column)
     decided = failed = 0
-    if progress:
-        progress(skipped, len(rows))
-    descriptor = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
+    with ResumableOutput(output) as out:
+        todo = [row for row in rows if row.id not in out.done]
+        skipped = len(rows) - len(todo)
+        if progress:
+            progress(skipped, len(rows))
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
             outcomes = engine.decide_each(target, [row.payload for row in chunk], calibration=calibration)
-            for row, outcome in zip(chunk, outcomes):
-                if isinstance(outcome, DecisionflowError):
-                    outcome.input_index = None  # the record's id names the row
-                    record = {"id": row.id, "error": str(outcome)}
-                    failed += 1
-                else:
-                    record = {"id": row.id, **outcome.to_dict()}
-                    decided += 1
-                _write_all(descriptor, encode_record(record))
-            os.fsync(descriptor)
+            records = [record_of(row.id, outcome) for row, outcome in zip(chunk, outcomes)]
+            failed += sum("error" in record for record in records)
+            decided += sum("error" not in record for record in records)
+            out.write_chunk(records)
             if progress:
                 progress(skipped + start + len(chunk), len(rows))
-    finally:
-        os.close(descriptor)
-    return BatchSummary(total=len(rows), decided=decided, skipped=skipped, failed=failed, repaired=repaired)
+    return BatchSummary(total=len(rows), decided=decided, skipped=skipped, failed=failed, repaired=out.repaired)

@@ -123,6 +123,6 @@ def test_sigkill_at_random_points_then_resume(tmp_path):
     assert final.returncode == 1, err  # the empty row fails, and says so
     kept = records(out)
     ids = [r["id"] for r in kept]
-    assert sorted(ids) == sorted(row["id"] for row in rows)
+    assert sorted(ids) == sorted(row["id"] for row in rows), err
     assert len(ids) == len(set(ids))
     assert sorted(r["id"] for r in kept if "error" in r) == sorted(row["id"] for row in rows if not row["text"])

@@ -1,0 +1,71 @@
+"""`decisionflow serve`: load the model once and answer decisions over HTTP (FastAPI on uvicorn)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import Unavailable
+from .common import DeviceOption, DtypeOption, ExactOption, ModelOption, ThreadsOption, guarded, load_engine, say, stderr
+
+SERVE_PACKAGES = ("fastapi", "uvicorn", "prometheus_client")
+
+
+def serve_command(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0 for every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: a free one, printed when ready).")] = 8000,
+    rubrics: Annotated[
+        Path | None,
+        typer.Option("--rubrics", help="Folder of YAML rubrics served by file stem (default: the shipped workflows).", show_default=False),
+    ] = None,
+    model: ModelOption = None,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
+    threads: ThreadsOption = None,
+    exact: ExactOption = False,
+    batching: Annotated[bool, typer.Option("--batching/--no-batching", help="Decide concurrent requests of one rubric together.")] = True,
+    batch_wait_ms: Annotated[float, typer.Option(min=0, help="How long an idle model waits for more requests to batch.")] = 5.0,
+    batch_tokens: Annotated[int, typer.Option(min=1, help="New tokens per model call (inputs and rows).")] = 4096,
+    max_queue: Annotated[int, typer.Option(min=1, help="Inputs waiting for the model before requests get 503.")] = 256,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body accepted.")] = 1 << 20,
+    max_questions: Annotated[int, typer.Option(min=1, help="Questions per /v1/systemone request.")] = 32,
+    max_options: Annotated[int, typer.Option(min=2, help="Labels per choice question.")] = 64,
+    max_texts: Annotated[int, typer.Option(min=1, help="Inputs per rubric request with `texts`.")] = 64,
+    graceful_shutdown: Annotated[float, typer.Option(min=0, help="Seconds accepted requests get to finish on SIGTERM.")] = 30.0,
+    log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
+) -> None:
+    """Serve /v1/systemone, /v1/rubrics/{name}/decide, /v1/rubrics, /healthz and /metrics (needs the `serve` extra)."""
+    err = stderr()
+    guarded(ctx, err, _check_installed)
+    from ..serve import Batching, Limits, RubricRegistry, ServeSettings, create_app
+    from ..serve.server import bind, serve
+
+    registry = guarded(ctx, err, lambda: RubricRegistry.from_folder(rubrics))
+    settings = ServeSettings(
+        limits=Limits(max_body_bytes=max_body_bytes, max_questions=max_questions, max_options=max_options,
+                      max_texts=max_texts, max_queue=max_queue),
+        batching=Batching(enabled=batching, max_wait_ms=batch_wait_ms, token_budget=batch_tokens),
+        graceful_shutdown_s=graceful_shutdown,
+    )
+    engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, threads=threads, device=device, dtype=dtype))
+    app = create_app(engine, registry, settings)
+    sock = guarded(ctx, err, lambda: bind(host, port))
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown_host = f"[{bound_host}]" if ":" in bound_host else bound_host
+
+    def announce() -> None:
+        say(err, f"decisionflow serving http://{shown_host}:{bound_port} ({engine.loaded.name}; "
+                 f"{len(registry.entries)} rubrics: {', '.join(registry.entries) or 'none'})")
+
+    serve(app, sock, graceful_shutdown_s=graceful_shutdown, log_level=log_level, on_started=announce)
+
+
+def _check_installed() -> None:
+    missing = [name for name in SERVE_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise Unavailable(f"serving needs {', '.join(missing)}: pip install 'decisionflow[serve]'")
+

@@ -1,0 +1,72 @@
+"""`decisionflow run --engine ray`: the resumable file run, decided by an actor pool on a Ray cluster.
+
+The driver reads and checks the input file (ids unique, columns present) exactly as the plain run
+does, skips the ids its output already holds, and hands the rest to Ray Data as a dataset (the file
+is local to the driver, so its rows travel to the workers through the object store; a file on shared
+storage is better read by the workers themselves through `decide_dataset`). Results stream back as
+the actors finish batches, in whatever order, and are appended to the output through the same
+`ResumableOutput` as the plain run: one whole line per row, flushed per batch, so a killed run
+resumes with every id exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from ..runtime.input_files import read_rows
+from ..runtime.resumable_jsonl import BatchSummary, ResumableOutput
+from .actor import ERROR_OUT, ID_OUT, RESULT_OUT
+from .dataset import RayOptions, connect, decide_dataset, import_ray
+
+
+def decide_file_on_ray(
+    target: Any,
+    source: Path,
+    output: Path,
+    options: RayOptions | None = None,
+    *,
+    calibration: Any = None,
+    text_column: str | None = None,
+    id_column: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> BatchSummary:
+    """Decide every row of `source` (JSONL, CSV or Parquet) not yet in `output` on Ray, appending one record per row."""
+    options = options or RayOptions()
+    rows = read_rows(source, text_column=text_column, id_column=id_column)
+    ray = import_ray()
+    decided = failed = 0
+    with ResumableOutput(output) as out:
+        todo = [row for row in rows if row.id not in out.done]
+        skipped = len(rows) - len(todo)
+        if progress:
+            progress(skipped, len(rows))
+        if todo:
+            started = connect(options)
+            try:
+                items = [{ID_OUT: row.id, "payload": json.dumps(row.payload, ensure_ascii=False)} for row in todo]
+                dataset = ray.data.from_items(items)
+                results = decide_dataset(
+                    dataset, target, options, text_column="payload", id_column=ID_OUT,
+                    calibration=calibration, payload_is_json=True,
+                )
+                for batch in results.iter_batches(batch_size=None, batch_format="numpy"):
+                    records = list(_records(batch))
+                    out.write_chunk(records)
+                    failed += sum("error" in record for record in records)
+                    decided += sum("error" not in record for record in records)
+                    if progress:
+                        progress(skipped + decided + failed, len(rows))
+            finally:
+                if started:
+                    ray.shutdown()
+    return BatchSummary(total=len(rows), decided=decided, skipped=skipped, failed=failed, repaired=out.repaired)
+
+
+def _records(batch: dict[str, Any]) -> Any:
+    for row_id, result, error in zip(batch[ID_OUT], batch[RESULT_OUT], batch[ERROR_OUT]):
+        if isinstance(result, str):
+            yield {"id": str(row_id), **json.loads(result)}
+        else:
+            yield {"id": str(row_id), "error": str(error)}

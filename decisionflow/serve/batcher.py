@@ -1,0 +1,170 @@
+"""Micro-batching: concurrent inputs of one rubric go through the model together, on one worker thread.
+
+Every input waits in one queue. A dispatcher on the event loop takes the oldest input, lets it wait a
+few milliseconds when the model is idle (under load the queue fills while the model works, so no wait
+is added), gathers the other waiting inputs of the same rubric up to a token budget, and runs them as
+one `engine.decide_each` call on the model's own thread, so the event loop never blocks on torch.
+
+`decide_each` returns one outcome per input in order, and each outcome goes back to the future of the
+input it belongs to: answers are never mixed between requests, and one bad input fails only itself.
+An input whose client went away is cancelled: dropped from the queue if it has not started, its result
+discarded if it has; the others in its batch are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Hashable
+
+from ..errors import DecisionflowError, Unavailable
+from .metrics import Metrics
+from .settings import Batching
+
+
+@dataclass(eq=False)
+class _Waiting:
+    group: Hashable
+    """Inputs of one group share a rubric (and calibration) and may share a model call."""
+    target: Any
+    calibration: Any
+    payload: Any
+    cost: int
+    """New tokens this input feeds (its input and its rows)."""
+    future: asyncio.Future
+    since: float
+
+
+class MicroBatcher:
+    def __init__(self, engine: Any, batching: Batching, *, max_queue: int, metrics: Metrics) -> None:
+        self.engine = engine
+        self.batching = batching
+        self.max_queue = max_queue
+        self.metrics = metrics
+        self._queue: deque[_Waiting] = deque()
+        self._model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decisionflow-model")
+        self._wake: asyncio.Event | None = None
+        self._dispatcher: asyncio.Task | None = None
+        self._closing = False
+
+    @property
+    def depth(self) -> int:
+        """Inputs waiting for the model (not counting the batch it is working on)."""
+        return sum(not item.future.done() for item in self._queue)
+
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._dispatcher = asyncio.create_task(self._dispatch(), name="decisionflow-dispatcher")
+
+    async def stop(self) -> None:
+        """Finish every input already queued, then release the model thread."""
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
+        if self._dispatcher is not None:
+            await self._dispatcher
+        self._model_thread.shutdown(wait=True)
+
+    async def decide(self, group: Hashable, target: Any, payload: Any, *, cost: int, calibration: Any = None) -> Any:
+        """Queue one input; its `Decision` or the `DecisionflowError` it raised, once its batch has run."""
+        if self._closing:
+            raise Unavailable("the server is shutting down")
+        if self.depth >= self.max_queue:
+            self.metrics.rejected.labels(reason="queue_full").inc()
+            raise Unavailable(f"the server is at capacity ({self.max_queue} inputs are waiting); retry shortly")
+        loop = asyncio.get_running_loop()
+        item = _Waiting(group, target, calibration, payload, cost, loop.create_future(), loop.time())
+        self._queue.append(item)
+        self.metrics.queue_depth.set(self.depth)
+        assert self._wake is not None, "MicroBatcher.start() was not awaited"
+        self._wake.set()
+        try:
+            return await item.future  # cancelled with the request when its client disconnects
+        except asyncio.CancelledError:
+            self.metrics.cancelled.inc()
+            raise
+
+    # -- the dispatcher ---------------------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        assert self._wake is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._drop_cancelled()
+            if not self._queue:
+                self._wake.clear()
+                if self._closing:
+                    return
+                continue
+            if self.batching.enabled:
+                # An idle model lets the first input wait a moment for company; a busy one already has it.
+                delay = self._queue[0].since + self.batching.max_wait_ms / 1000 - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            batch = self._take_batch()
+            self.metrics.queue_depth.set(self.depth)
+            if batch:
+                await self._run(batch)
+
+    def _drop_cancelled(self) -> None:
+        while self._queue and self._queue[0].future.done():
+            self._queue.popleft()
+
+    def _take_batch(self) -> list[_Waiting]:
+        """The oldest live input and the inputs of its group behind it, in order, within the token budget."""
+        self._drop_cancelled()
+        if not self._queue:
+            return []
+        group = self._queue[0].group
+        batch: list[_Waiting] = []
+        left: deque[_Waiting] = deque()
+        used = 0
+        full = False
+        for item in self._queue:
+            if item.future.done():
+                continue
+            fits = not batch or (self.batching.enabled and used + item.cost <= self.batching.token_budget)
+            if item.group == group and not full and fits:
+                batch.append(item)
+                used += item.cost
+            else:
+                full = full or item.group == group
+                left.append(item)
+        self._queue = left
+        return batch
+
+    async def _run(self, batch: list[_Waiting]) -> None:
+        outcomes = await self._call_model(batch)
+        if len(batch) > 1 and isinstance(outcomes, Exception):
+            # Something failed the whole call: run the inputs one by one, so only the culprit fails.
+            outcomes = [await self._call_model([item]) for item in batch]
+            outcomes = [outcome if isinstance(outcome, Exception) else outcome[0] for outcome in outcomes]
+        elif isinstance(outcomes, Exception):
+            outcomes = [outcomes]
+        for item, outcome in zip(batch, outcomes):
+            if item.future.done():
+                continue  # its client went away: the answer has nobody to go to
+            if isinstance(outcome, DecisionflowError) and len(batch) > 1:
+                outcome.input_index = None  # the index is the batch's, meaningless to the request
+            item.future.set_result(outcome)
+
+    async def _call_model(self, batch: list[_Waiting]) -> list[Any] | Exception:
+        """One `decide_each` on the model thread: an outcome per input, or the error that failed the call."""
+        first = batch[0]
+        payloads = [item.payload for item in batch]
+        loop = asyncio.get_running_loop()
+        began = time.perf_counter()
+        try:
+            return await loop.run_in_executor(
+                self._model_thread, lambda: self.engine.decide_each(first.target, payloads, calibration=first.calibration)
+            )
+        except Exception as error:  # noqa: BLE001 - a failed call fails its inputs, never the server
+            return error
+        finally:
+            self.metrics.batch_size.observe(len(batch))
+            self.metrics.batch_tokens.observe(sum(item.cost for item in batch))
+            self.metrics.pass_seconds.observe(time.perf_counter() - began)

@@ -1,0 +1,44 @@
+"""What `GET /metrics` reports, in the Prometheus text format (prometheus_client, one registry per app)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+
+_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "decisionflow_requests", "HTTP requests answered, by route and status.", ["route", "status"], registry=self.registry
+        )
+        self.request_seconds = Histogram(
+            "decisionflow_request_seconds", "Time from a request's arrival to its answer.", ["route"],
+            buckets=_SECONDS, registry=self.registry,
+        )
+        self.in_flight = Gauge("decisionflow_requests_in_flight", "Requests being answered now.", registry=self.registry)
+        self.queue_depth = Gauge("decisionflow_queue_depth", "Inputs waiting for the model.", registry=self.registry)
+        self.batch_size = Histogram(
+            "decisionflow_batch_size", "Inputs decided together in one model call.", buckets=_SIZES, registry=self.registry
+        )
+        self.batch_tokens = Histogram(
+            "decisionflow_batch_tokens", "New tokens (inputs and rows) of one model call.",
+            buckets=(64, 128, 256, 512, 1024, 2048, 4096, 8192), registry=self.registry,
+        )
+        self.pass_seconds = Histogram(
+            "decisionflow_pass_seconds", "Time of one model call (its forward passes).", buckets=_SECONDS, registry=self.registry
+        )
+        self.rejected = Counter(
+            "decisionflow_rejected", "Inputs refused before reaching the model, by reason.", ["reason"], registry=self.registry
+        )
+        self.cancelled = Counter(
+            "decisionflow_cancelled", "Inputs whose client went away before the answer.", registry=self.registry
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,108 @@
+"""Talking to a real server on a loopback port: a keep-alive client, the server run in a thread of the
+test process (sharing the session's engine), and the fixtures built on them.
+
+The test modules import the fixtures by name (a `conftest.py` here would shadow the top-level one for
+modules that import from `conftest`).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TICKETS = """\
+name: tickets
+instructions: Triage one short customer message.
+pin_first: false
+fields:
+  refund: {kind: boolean, question: Whether the customer asks for money back}
+  team:
+    kind: choice
+    question: Which team handles it
+    options: {billing: charges and invoices, shipping: delivery and parcels}
+"""
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: Any
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection to the server (one per thread)."""
+
+    def __init__(self, port: int, timeout: float = 120.0) -> None:
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+
+    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None) -> Reply:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        self.connection.request(method, path, body=data, headers=headers)
+        response = self.connection.getresponse()
+        payload = response.read()
+        kind = response.getheader("content-type", "")
+        parsed = json.loads(payload) if "json" in kind else payload.decode()
+        return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, parsed)
+
+    def post(self, path: str, body: Any = None, *, raw: bytes | None = None) -> Reply:
+        return self.request("POST", path, body, raw=raw)
+
+    def get(self, path: str) -> Reply:
+        return self.request("GET", path)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+@contextmanager
+def running_server(engine: Any, folder: Path, settings: Any = None) -> Iterator[int]:
+    """Start the app on 127.0.0.1 (a free port) in a thread; yield the port; stop it gracefully."""
+    from decisionflow.serve import RubricRegistry, create_app
+    from decisionflow.serve.server import bind, server_for
+
+    app = create_app(engine, RubricRegistry.from_folder(folder), settings)
+    sock = bind("127.0.0.1", 0)
+    started = threading.Event()
+    server = server_for(app, log_level="warning", on_started=started.set)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    assert started.wait(60), "the server did not start"
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        sock.close()
+
+
+@pytest.fixture(scope="session")
+def rubric_folder(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("rubrics")
+    shutil.copy(ROOT / "workflows" / "sentiment.yaml", folder / "sentiment.yaml")
+    (folder / "tickets.yaml").write_text(TICKETS, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def server_port(engine, rubric_folder) -> Iterator[int]:
+    with running_server(engine, rubric_folder) as port:
+        yield port
+
+
+@pytest.fixture
+def client(server_port) -> Iterator[Client]:
+    connection = Client(server_port)
+    yield connection
+    connection.close()
