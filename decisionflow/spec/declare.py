@@ -61,6 +61,8 @@ class Ask:
     options_by: tuple[str, tuple[tuple[Any, tuple[Any, ...]], ...]] | None = None
     """(parent, ((parent answer, allowed values), ...)): the options offered per parent answer."""
     marginalize: int | None = None
+    debias: str | None = None
+    catalog: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,8 @@ def ask(
     when: Mapping[str, Any] | None = None,
     options_by: Mapping[str, Mapping[Any, Sequence[Any]]] | None = None,
     marginalize: int | None = None,
+    debias: str | None = None,
+    catalog: str | None = None,
 ) -> Ask:
     """Describe one decision field.
 
@@ -100,7 +104,8 @@ def ask(
     is one of those values (the field must then be Optional with default None).
     `options_by={"domain": {"banking": ["transfer", "balance"], ...}}` offers, per answer of a parent
     field, only those of the type's values. `marginalize=K` reads the field under each of its parent's
-    top-K answers and reports the mixture (see docs/declaring.md).
+    top-K answers and reports the mixture (see docs/declaring.md). `debias` and `catalog` override the
+    rubric's readout correction and catalog strategy for this field.
     """
     if question is not None and not isinstance(question, str):
         raise TypeError(f"ask(): the question must be a string, got {question!r}")
@@ -130,6 +135,8 @@ def ask(
         when=condition,
         options_by=by,
         marginalize=marginalize,
+        debias=debias,
+        catalog=catalog,
     )
 
 
@@ -145,6 +152,8 @@ def decision(
     answer_format: AnswerFormat | str = AnswerFormat.LABELS,
     pin_first: bool = True,
     max_fields_per_pass: int | None = None,
+    debias: str | None = None,
+    catalog: str | None = None,
 ) -> typing.Callable[[ModelT], ModelT]: ...
 def decision(
     cls: ModelT | None = None,
@@ -155,6 +164,8 @@ def decision(
     answer_format: AnswerFormat | str = AnswerFormat.LABELS,
     pin_first: bool = True,
     max_fields_per_pass: int | None = None,
+    debias: str | None = None,
+    catalog: str | None = None,
 ) -> Any:
     """Mark a pydantic class as a decision; usable as `@decision` or `@decision(...)`.
 
@@ -170,6 +181,8 @@ def decision(
             answer_format=answer_format,
             pin_first=pin_first,
             max_fields_per_pass=max_fields_per_pass,
+            debias=debias,
+            catalog=catalog,
         )
         setattr(model, _RUBRIC_ATTR, rubric)
         return model
@@ -267,7 +280,7 @@ def source_of(model: type) -> str:
     return f"{path}:{model.__qualname__}" if path else f"{model.__module__}.{model.__qualname__}"
 
 
-def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, max_fields_per_pass) -> Rubric:
+def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, max_fields_per_pass, debias=None, catalog=None) -> Rubric:
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise TypeError(f"@decision expects a pydantic BaseModel subclass, got {model!r}")
     source = source_of(model)
@@ -284,6 +297,8 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
         "answer_format": answer_format,
         "pin_first": pin_first,
         "max_fields_per_pass": max_fields_per_pass,
+        "debias": debias,
+        "catalog": catalog,
         "fields": fields,
     }
     try:
@@ -352,8 +367,9 @@ def _field_data(model: type[BaseModel], field_name: str, info: FieldInfo) -> dic
             label_of(answer) if isinstance(answer, (bool, int)) else answer: {str(v): "" for v in values}
             for answer, values in per_answer
         }}
-    if marker.marginalize is not None:
-        data["marginalize"] = marker.marginalize
+    for key in ("marginalize", "debias", "catalog"):
+        if getattr(marker, key) is not None:
+            data[key] = getattr(marker, key)
     _check_aliases(model, field_name, info)
     _check_constraints(model, info, data, conditional=marker.when is not None)
     return data

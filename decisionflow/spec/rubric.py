@@ -164,8 +164,10 @@ class FieldSpec(_Frozen):
     @model_validator(mode="before")
     @classmethod
     def _union_of_options_by(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("options_by"), dict) and "options" not in data:
+        if isinstance(data, dict) and isinstance(data.get("options_by"), dict) and data.get("options") is None:
             by = data["options_by"]
+            if set(by) == {"field", "options"}:
+                by = {by["field"]: by["options"]}
             if len(by) == 1:
                 (_, per_answer), = by.items()
                 if isinstance(per_answer, dict):

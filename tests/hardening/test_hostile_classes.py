@@ -196,7 +196,8 @@ def test_field_values_break_no_rule_the_yaml_form_keeps(fields, data):
         location = f"fields.{name}"
     elif defect == "label" and spec["kind"] == "literal":
         if data.draw(st.booleans()):
-            spec["labels"][0] += data.draw(st.sampled_from(list(LINE_BREAKS_BUT_LF + "\t\n\x00\x1b\ud800\ufffe")))
+            # (No lone surrogate here: pydantic itself cannot build a Literal holding one.)
+            spec["labels"][0] += data.draw(st.sampled_from(list(LINE_BREAKS_BUT_LF + "\t\n\x00\x1b\ufffe")))
         else:
             spec["labels"][0] = data.draw(st.sampled_from(["\u200b", "\u200b\u200d", " ", " x", "x ", "\u3164"]))
             assume(spec["labels"][0] not in spec["labels"][1:])

@@ -1,0 +1,73 @@
+"""CLINC150 as one flat 150-way field vs domain-then-intent, greedy or marginalised, side by side.
+
+    .venv/bin/python scripts/measure_hierarchy.py --data ../shared/data --out out/hierarchy.json
+
+Scores intent accuracy on in-scope development rows (a fixed-seed sample) for: the flat rubric
+(`workflows/clinc150_intent.yaml`); the hierarchical rubric (`workflows/clinc150_hierarchical.yaml`)
+with the intent read under the single best domain (greedy) and marginalised over the top 3 and all
+10 domains; each with the raw readout and with content-free debiasing. Reports accuracy, domain
+accuracy (hierarchical), mean forward passes and warm milliseconds per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from decisionflow.quality.labelled import load_labelled, select_rows
+from decisionflow.runtime.engine import Engine
+from decisionflow.spec.references import shipped_workflow
+from decisionflow.spec.rubric import Rubric
+from decisionflow.spec.yaml_rubric import load_rubric
+
+
+def variants() -> dict[str, Rubric]:
+    flat = load_rubric(shipped_workflow("clinc150_intent"))
+    hierarchical = load_rubric(shipped_workflow("clinc150_hierarchical"))
+
+    def with_k(k: int | None) -> Rubric:
+        data = hierarchical.model_dump(mode="json")
+        data["fields"]["intent"]["marginalize"] = k
+        return Rubric.model_validate({**data, "name": f"clinc150_hierarchical_k{k or 1}"})
+
+    return {"flat": flat, "greedy": with_k(None), "marginalised_3": with_k(3), "marginalised_10": with_k(10)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--limit", type=int, default=300)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    labels = json.loads((args.data / "clinc150" / "labels.json").read_text())
+    rows, _ = load_labelled(args.data / "clinc150" / "dev.csv", text_column="text", columns={"intent": "label"})
+    rows = select_rows([r for r in rows if r.gold["intent"] != labels["out_of_scope_label"]], limit=args.limit, seed=0)
+    texts = [r.text for r in rows]
+    engine = Engine.load()
+    results = {}
+    for name, rubric in variants().items():
+        for debias in ("none", "content_free"):
+            engine.decide(rubric, texts[0], debias=debias)  # prepare: head, priors
+            began = time.perf_counter()
+            decisions = engine.decide_many(rubric, texts, debias=debias)
+            seconds = time.perf_counter() - began
+            right = sum(d.fields["intent"].value == r.gold["intent"] for d, r in zip(decisions, rows))
+            entry = {"n": len(rows), "accuracy": right / len(rows), "seconds": round(seconds, 1),
+                     "mean_passes": sum(d.stats.forward_passes for d in decisions) / len(decisions)}
+            if "domain" in rubric.fields:
+                entry["domain_accuracy"] = sum(
+                    d.fields["domain"].value == labels["domain_of_intent"][r.gold["intent"]] for d, r in zip(decisions, rows)
+                ) / len(rows)
+            single = [engine.decide(rubric, t, debias=debias).stats.timings_ms["total"] for t in texts[:10]]
+            entry["ms_per_request_alone"] = sorted(single)[len(single) // 2]
+            results[f"{name}/{debias}"] = entry
+            print(name, debias, json.dumps(entry), flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
