@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -77,6 +79,9 @@ def run(
         int | None,
         typer.Option(min=1, help="--engine ray: engine actors, each loading the model once (default 1).", show_default=False),
     ] = None,
+    timings: Annotated[
+        bool, typer.Option("--timings", help="Say where the time went (start-up, model load, compile, head, passes); with --json, also in the output.")
+    ] = False,
 ) -> None:
     """Decide one text (--text) or a JSONL/CSV/Parquet file (--input/--output) with a model (default: the bundled SmolLM2)."""
     err = stderr()
@@ -109,13 +114,18 @@ def run(
         )
         _run_on_ray(ctx, err, target, calibration, input_path, output_path, ray_options, text_column, id_column)
         return
+    loading = time.perf_counter()
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, pin=pin, threads=threads, device=device, dtype=dtype))
+    loaded = time.perf_counter()
     if text is not None:
         decision = guarded(ctx, err, lambda: engine.decide(target, text, calibration=calibration))
+        breakdown = _breakdown(loading, loaded, decision.stats.timings_ms) if timings else None
         if as_json:
-            typer.echo(json.dumps(decision.to_dict()))
+            typer.echo(json.dumps({**decision.to_dict(), **({"timings_ms": breakdown} if breakdown else {})}))
         else:
             Console(width=max(Console().width, 120)).print(decision)
+        if breakdown:
+            say(err, "timings: " + ", ".join(f"{name} {ms:.0f} ms" for name, ms in breakdown.items()))
         return
     from rich.progress import (
         BarColumn,
@@ -136,6 +146,29 @@ def run(
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         ))
     _report(err, summary, output_path)
+
+
+def _breakdown(loading: float, loaded: float, call: dict[str, float]) -> dict[str, float]:
+    """Where a one-text run's wall time went, from the process's start to the decision."""
+    startup = (loading - process_started()) * 1000
+    done = (time.perf_counter() - process_started()) * 1000
+    parts = {"start_up": startup, "model_load": (loaded - loading) * 1000}
+    parts.update({key: call[key] for key in ("compile", "head_load", "head_prefill", "passes") if key in call})
+    parts["total"] = done
+    return parts
+
+
+def process_started() -> float:
+    """This process's start on the `time.perf_counter` clock (Linux `/proc`; else the CLI's import)."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.perf_counter() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return _IMPORTED
+
+
+_IMPORTED = time.perf_counter()
 
 
 def _usage_problem(

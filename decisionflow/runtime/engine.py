@@ -71,6 +71,7 @@ class _Prepared:
     head_ms: float = 0.0
     head_source: str = ""
     """How the head was obtained the first time: `prefill` or `disk`."""
+    compile_ms: float = 0.0
     content_free: dict[str, tuple[float, ...]] | None = None
     """Per field, its mean distribution over content-free inputs (the contextual-calibration prior)."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -228,7 +229,10 @@ class Engine:
                     timings_ms={
                         "total": total_ms,
                         "passes": pass_ms,
-                        **({} if head_hit else {f"head_{'load' if prepared.head_source == 'disk' else 'prefill'}": prepared.head_ms}),
+                        **({} if head_hit else {
+                            "compile": prepared.compile_ms,
+                            f"head_{'load' if prepared.head_source == 'disk' else 'prefill'}": prepared.head_ms,
+                        }),
                     },
                     head_source="memory" if head_hit else prepared.head_source,
                     device=str(self.backend.device),
@@ -349,11 +353,13 @@ class Engine:
             if prepared is not None:
                 self._prepared.move_to_end(key)
                 return prepared
+        began = time.perf_counter()
         compiled = compile_rubric(self.tokenizer, rubric, mode=self.options.mode, view=self.view, catalog=self.options.catalog)
         plan = make_plan(rubric, pin_first=self.options.pin_first)
+        compile_ms = (time.perf_counter() - began) * 1000
         with self._prepared_lock:
             # Another thread may have prepared the same rubric meanwhile: keep the first one.
-            prepared = self._prepared.setdefault(key, _Prepared(compiled, plan))
+            prepared = self._prepared.setdefault(key, _Prepared(compiled, plan, compile_ms=compile_ms))
             self._prepared.move_to_end(key)
             self._evict(keep=key)
         return prepared

@@ -140,3 +140,14 @@ def test_shipped_workflows_resolve_by_name_from_any_directory(tmp_path: Path, mo
     assert invoke("validate", "workflows/sentiment.yaml", "sentiment").exit_code == 0
     missing = invoke("validate", "workflows/nope.yaml")
     assert missing.exit_code == 1 and "file not found" in missing.output
+
+
+def test_run_timings_say_where_the_time_went():
+    result = invoke("run", SENTIMENT, "--json", "--timings", "--text", "a gorgeous, witty film")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    timings = data["timings_ms"]
+    assert {"start_up", "model_load", "passes", "total"} <= set(timings)
+    assert all(value >= 0 for value in timings.values())
+    assert timings["total"] >= timings["model_load"] + timings["passes"]
+    assert "timings: start_up" in result.stderr
