@@ -127,24 +127,22 @@ def run(
         if breakdown:
             say(err, "timings: " + ", ".join(f"{name} {ms:.0f} ms" for name, ms in breakdown.items()))
         return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
     from ..runtime.resumable_jsonl import decide_file
 
     assert output_path is not None
-    with Progress(TextColumn("deciding"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err) as bar:
+    _decide_file_with_progress(ctx, err, "deciding", lambda progress: decide_file(
+        engine, target, input_path, output_path, calibration=calibration,
+        text_column=text_column, id_column=id_column, progress=progress,
+    ), output_path)
+
+
+def _decide_file_with_progress(ctx: typer.Context, err: Any, label: str, decide: Any, output_path: Path) -> None:
+    """Run a file decision under a progress bar on stderr, then say how it went."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err) as bar:
         task = bar.add_task("rows", total=None)
-        summary = guarded(ctx, err, lambda: decide_file(
-            engine, target, input_path, output_path, calibration=calibration,
-            text_column=text_column, id_column=id_column,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
-        ))
+        summary = guarded(ctx, err, lambda: decide(lambda done, total: bar.update(task, completed=done, total=total)))
     _report(err, summary, output_path)
 
 
@@ -196,18 +194,12 @@ def _run_on_ray(
     options: Any, text_column: str | None, id_column: str | None,
 ) -> None:
     """The same resumable file run, decided by an actor pool on a Ray cluster (the model loads in each actor)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from ..scale import decide_file_on_ray
 
-    with Progress(TextColumn("deciding on ray"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err) as bar:
-        task = bar.add_task("rows", total=None)
-        summary = guarded(ctx, err, lambda: decide_file_on_ray(
-            target, input_path, output_path, options, calibration=calibration,
-            text_column=text_column, id_column=id_column,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
-        ))
-    _report(err, summary, output_path)
+    _decide_file_with_progress(ctx, err, "deciding on ray", lambda progress: decide_file_on_ray(
+        target, input_path, output_path, options, calibration=calibration,
+        text_column=text_column, id_column=id_column, progress=progress,
+    ), output_path)
 
 
 def _report(err: Any, summary: Any, output_path: Path) -> None:
