@@ -59,6 +59,13 @@ MinProbabilityOption = Annotated[
     typer.Option("--min-probability", min=0.0, max=1.0, help="Abstain when the top label's probability is below this.", show_default=False),
 ]
 
+DebiasOption = Annotated[
+    str | None,
+    typer.Option("--debias", metavar="METHOD", help="The readout correction: none, content_free or domain (default: the one "
+                 "recorded in the calibration file, else the field's, the rubric's or the engine's).", show_default=False),
+]
+
+
 def eval_command(
     ctx: typer.Context,
     rubric_ref: Annotated[str, typer.Argument(metavar="RUBRIC", help="A YAML rubric, module:Class or file.py:Class.", show_default=False)],
@@ -78,21 +85,29 @@ def eval_command(
         Path | None,
         typer.Option("--calibration", help="A calibration file (default: the one beside a YAML rubric, if any).", show_default=False),
     ] = None,
-    raw: Annotated[bool, typer.Option("--raw", help="Ignore any calibration file: score the model's own probabilities.")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="Score the model's own probabilities: no calibration file and, unless "
+                                      "--debias says otherwise, no readout correction.")] = False,
     shuffle_options: Annotated[
         int, typer.Option("--shuffle-options", min=0, metavar="K", help="Re-ask with the field's options in K shuffled orders and report the flip rate.")
     ] = 0,
     baseline: Annotated[bool, typer.Option("--baseline", help="Also score unconstrained greedy JSON generation on the same rows (slow).")] = False,
+    debias: DebiasOption = None,
+    ablate: Annotated[
+        bool, typer.Option("--ablate", help="Also score the rubric's minimal variant (no instructions, no option descriptions) on the same rows.")
+    ] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write eval.json, eval.md, rows.jsonl and reliability.png here.", show_default=False)] = None,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:
-    """Score a rubric against labelled data: accuracy, macro-F1, calibration error, abstention."""
+    """Score a rubric against labelled data: accuracy, macro-F1, calibration error, abstention; raw and debiased side by side."""
     from ..quality.evaluate import evaluate, with_thresholds, write_outputs
 
     err = stderr()
+    method = guarded(ctx, err, lambda: _debias(debias))
+    if raw and method is None:
+        method = "none"
     target, rubric = _target(ctx, rubric_ref, err)
     fields = guarded(ctx, err, lambda: resolve_fields(rubric, [field] if field else None))
     chosen = guarded(ctx, err, lambda: _rows(data, text_column, fields, [label_column] if label_column else None, rows, limit, seed))
@@ -103,8 +118,8 @@ def eval_command(
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype))
     with _progress_bars(err) as progress_for:
         run = guarded(ctx, err, lambda: evaluate(
-            engine, target, rubric, chosen, fields[0], calibration=calibration, shuffle_orders=shuffle_options,
-            seed=seed, baseline=baseline, progress_for=progress_for,
+            engine, target, rubric, chosen, fields[0], calibration=calibration, debias=method,
+            shuffle_orders=shuffle_options, seed=seed, baseline=baseline, ablate=ablate, progress_for=progress_for,
         ))
     run.summary = {
         "rubric": rubric.name, "field": fields[0], "data": str(data), "model": model or "bundled SmolLM2-135M-Instruct",
@@ -120,7 +135,15 @@ def eval_command(
 def calibrate_command(
     ctx: typer.Context,
     rubric_ref: Annotated[str, typer.Argument(metavar="RUBRIC", help="A YAML rubric, module:Class or file.py:Class.", show_default=False)],
-    data: DataOption,
+    data: Annotated[
+        Path | None,
+        typer.Option("--data", help="A labelled CSV file: fit a temperature (and thresholds) after the readout correction.", show_default=False),
+    ] = None,
+    unlabelled: Annotated[
+        Path | None,
+        typer.Option("--unlabelled", help="A CSV of unlabelled inputs (a text column): fit a domain prior for each field and "
+                     "record `debias: domain` (before the temperature when --data is also given).", show_default=False),
+    ] = None,
     field: Annotated[
         list[str] | None,
         typer.Option("--field", help="A field to calibrate; repeat for several (default: the rubric's first field).", show_default=False),
@@ -145,12 +168,15 @@ def calibrate_command(
         Path | None,
         typer.Option("--output", help="Where to save the calibration (default: beside a YAML rubric; required for module:Class).", show_default=False),
     ] = None,
+    debias: DebiasOption = None,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:
-    """Fit a per-field temperature (and abstention thresholds) on labelled data and save it beside the rubric."""
+    """Fit a per-field domain prior from unlabelled inputs and/or a temperature (and abstention thresholds)
+    from labelled data, and save them beside the rubric."""
+    from ..quality.domain_prior import fit_domain_priors
     from ..quality.temperature_fit import fit_calibration
     from ..runtime.calibration import Calibration
 
@@ -158,6 +184,13 @@ def calibrate_command(
     if fit_min_mass and min_mass is not None:
         say(err, "calibrate: give --min-mass or --fit-min-mass, not both")
         raise typer.Exit(2)
+    if data is None and unlabelled is None:
+        say(err, "calibrate: give --data (labelled rows) or --unlabelled (inputs without labels), or both")
+        raise typer.Exit(2)
+    if data is None and (fit_min_mass or min_mass is not None or min_probability is not None):
+        say(err, "calibrate: --min-mass, --min-probability and --fit-min-mass are fitted with --data (labelled rows)")
+        raise typer.Exit(2)
+    method = guarded(ctx, err, lambda: _debias(debias))
     if output is None:
         if not rubric_ref.lower().endswith(YAML_SUFFIXES):
             say(err, "calibrate: a module:Class rubric has no folder to save beside; give --output PATH")
@@ -165,28 +198,62 @@ def calibrate_command(
         output = Calibration.path_for(rubric_ref)
     target, rubric = _target(ctx, rubric_ref, err)
     fields = guarded(ctx, err, lambda: resolve_fields(rubric, field))
-    chosen = guarded(ctx, err, lambda: _rows(data, text_column, fields, label_column, rows, limit, seed))
-    existing = guarded(ctx, err, lambda: _existing_calibration(output, rubric))
+    texts = None if unlabelled is None else guarded(ctx, err, lambda: _texts(unlabelled, text_column, rows, limit, seed))
+    chosen = None if data is None else guarded(ctx, err, lambda: _rows(data, text_column, fields, label_column, rows, limit, seed))
+    calibration = guarded(ctx, err, lambda: _existing_calibration(output, rubric))
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype))
-    with _progress_bars(err) as progress_for:
-        calibration, fits = guarded(ctx, err, lambda: fit_calibration(
-            engine, target, rubric, chosen, fields, min_mass=min_mass, min_probability=min_probability,
-            fit_min_mass=fit_min_mass, base=existing, progress=progress_for("deciding"),
-        ))
-    guarded(ctx, err, lambda: calibration.save(output))
     out = Console()
+    if texts is not None:
+        with _progress_bars(err) as progress_for:
+            calibration, priors = guarded(ctx, err, lambda: fit_domain_priors(
+                engine, target, rubric, texts, fields, base=calibration, progress=progress_for("deciding, unlabelled"),
+            ))
+        for prior in priors:
+            _print_line(out, _prior_line(prior))
+    fits = []
+    if chosen is not None:
+        with _progress_bars(err) as progress_for:
+            calibration, fits = guarded(ctx, err, lambda: fit_calibration(
+                engine, target, rubric, chosen, fields, min_mass=min_mass, min_probability=min_probability,
+                fit_min_mass=fit_min_mass, base=calibration, debias=method, progress=progress_for("deciding"),
+            ))
+    guarded(ctx, err, lambda: calibration.save(output))
     for fit in fits:
         s = fit.settings
-        out.print(
-            f"{fit.field}: temperature {s.temperature:.3f} on {fit.rows} rows; ECE {_fmt(fit.ece_before)} -> {_fmt(fit.ece_after)}, "
+        _print_line(
+            out,
+            f"{fit.field}: temperature {s.temperature:.3f} on {fit.rows} rows after the {fit.debias} correction; "
+            f"ECE {_fmt(fit.ece_before)} -> {_fmt(fit.ece_after)}, "
             f"NLL {_fmt(fit.nll_before)} -> {_fmt(fit.nll_after)}; accuracy {_fmt(fit.accuracy)}; "
             f"winning label unchanged on {fit.winners_unchanged}/{fit.rows} rows"
             + (f"; min candidate mass {s.min_candidate_mass:.4f}" if s.min_candidate_mass is not None else "")
             + (f" (accuracy with out-of-scope abstention {fit.fitted_mass_accuracy:.3f})" if fit.fitted_mass_accuracy is not None else "")
             + (f"; min probability {s.min_probability}" if s.min_probability is not None else ""),
-            markup=False, highlight=False, soft_wrap=True,
         )
     say(out, f"saved {output}")
+
+
+def _prior_line(fit: Any) -> str:
+    favoured = ", ".join(f"{label} {p:.3f}" for label, p in fit.favoured())
+    return (f"{fit.field}: domain prior from {fit.rows} unlabelled rows (most favoured: {favoured}; spread over "
+            f"{fit.effective_labels:.1f} of {len(fit.prior)} labels); answer changed on {fit.answers_changed}/{fit.rows} rows, "
+            f"labels predicted {fit.labels_predicted_raw} -> {fit.labels_predicted_debiased}"
+            + ("; the earlier temperature was fitted under another correction and is reset to 1" if fit.temperature_reset else ""))
+
+
+def _print_line(out: Console, line: str) -> None:
+    out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _debias(name: str | None) -> str | None:
+    from ..spec.rubric import Debias
+
+    if name is None:
+        return None
+    try:
+        return Debias(name).value
+    except ValueError:
+        raise DataError(f"--debias must be one of {', '.join(d.value for d in Debias)}, got {name!r}") from None
 
 
 def _existing_calibration(path: Path, rubric: Any) -> Any:
@@ -217,6 +284,12 @@ def _rows(data: Path, text_column: str, fields: list[str], columns: list[str] | 
     if any(not row.gold[name] for row in chosen for name in fields):
         raise DataError(f"{data}: some selected rows have an empty gold label")
     return chosen
+
+
+def _texts(path: Path, text_column: str, rows: str | None, limit: int | None, seed: int) -> list[str]:
+    """The unlabelled inputs: the text column of a CSV (any other columns are ignored), selected as --data is."""
+    loaded, _ = load_labelled(path, text_column=text_column, columns={})
+    return [row.text for row in select_rows(loaded, rows_slice=parse_slice(rows), limit=limit, seed=seed)]
 
 
 def _calibration(rubric_ref: str, path: Path | None):
@@ -262,7 +335,10 @@ def _selection(rows: str | None, limit: int | None, seed: int) -> str:
 def _print_summary(summary: dict[str, Any]) -> None:
     keys = ("n", "accuracy", "macro_f1", "valid_rate", "ece", "mean_candidate_mass")
     compact = {k: summary.get(k) for k in keys}
-    for extra in ("n_out_of_scope", "abstention", "shuffle"):
+    compact["debias"] = summary.get("debias")
+    if "raw" in summary:
+        compact["raw"] = {k: summary["raw"].get(k) for k in keys}
+    for extra in ("n_out_of_scope", "abstention", "shuffle", "ablate"):
         if extra in summary:
             compact[extra] = summary[extra]
     if "baseline" in summary:

@@ -1,7 +1,10 @@
 """Scoring a rubric against labelled data: accuracy, macro-F1, calibration, abstention, order effects.
 
 The engine's readings are collected once per row (top label, its distribution, candidate mass and
-whether the field abstained), then scored by `metrics`. Conventions:
+whether the field abstained), then scored by `metrics`. The main figures are the readout `decisionflow
+run` gives (its readout correction, then the calibration file); when that readout corrects the
+model's distributions, the raw readout (no correction, no calibration) is read and scored beside it,
+and `comparisons` adds option-order flips for both and the wording ablation. Conventions:
 
 - `accuracy`, `macro_f1` and `ece` use the rows whose gold label is one of the field's options
   ("in scope") and the field's top label, whether or not it abstained; abstention is scored apart.
@@ -16,88 +19,25 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 from ..errors import DecisionflowError
 from ..runtime.calibration import Calibration, FieldCalibration
-from ..spec.declare import rubric_of
-from ..spec.rubric import Rubric
+from ..spec.rubric import Debias, Rubric
 from . import metrics
+from .comparisons import ReadSetting, ablation_correction, compare_orders, compare_wordings
 from .labelled import LabelledRow, label_of, offered_labels
+from .readings import CHUNK_ROWS, Progress, Reading, applied_correction, read_all_fields, read_rows
 
-CHUNK_ROWS = 32
-"""Rows handed to decide_many at once: small enough for a live progress bar, large enough to pack."""
-
-Progress = Callable[[int, int], None]
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What the engine said about one field of one row."""
-
-    predicted: str | None
-    """Top label, abstained or not; None when the row failed or the field was not asked."""
-    probabilities: dict[str, float] = field(default_factory=dict)
-    candidate_mass: float | None = None
-    abstained: bool = False
-    answers: dict[str, str | None] = field(default_factory=dict)
-    """Every field's top label, for agreement with another method."""
-    error: str = ""
-
-    @property
-    def confidence(self) -> float | None:
-        return self.probabilities.get(self.predicted) if self.predicted is not None else None
-
-
-def read_rows(
-    engine: Any, target: Any, texts: Sequence[str], field_name: str, *,
-    calibration: Calibration | None = None, progress: Progress | None = None,
-) -> list[Reading]:
-    """One reading of `field_name` per text."""
-    return [row[field_name] for row in read_all_fields(engine, target, texts, calibration=calibration, progress=progress)]
-
-
-def read_all_fields(
-    engine: Any, target: Any, texts: Sequence[str], *,
-    calibration: Calibration | None = None, progress: Progress | None = None,
-) -> list[dict[str, Reading]]:
-    """Field name -> reading, per text; a text that cannot be decided gets readings holding its error."""
-    names = list(rubric_of(target).fields)
-    readings: list[dict[str, Reading]] = []
-    for start in range(0, len(texts), CHUNK_ROWS):
-        chunk = list(texts[start:start + CHUNK_ROWS])
-        done = len(readings)
-        report = (lambda finished, _total: progress(done + finished, len(texts))) if progress else None
-        for outcome in engine.decide_each(target, chunk, calibration=calibration, progress=report):
-            if isinstance(outcome, DecisionflowError):
-                outcome.input_index = None
-                readings.append({name: Reading(predicted=None, error=str(outcome)) for name in names})
-            else:
-                readings.append(_readings(outcome))
-        if progress:
-            progress(len(readings), len(texts))
-    return readings
-
-
-def _readings(decision: Any) -> dict[str, Reading]:
-    answers = {name: metrics.top_label(f.probabilities) for name, f in decision.fields.items()}
-    return {
-        name: Reading(
-            predicted=answers[name],
-            probabilities=dict(result.probabilities),
-            candidate_mass=result.candidate_mass,
-            abstained=result.abstained,
-            answers=answers,
-        )
-        for name, result in decision.fields.items()
-    }
-
+__all__ = [
+    "CHUNK_ROWS", "EvalRun", "Progress", "Reading", "evaluate", "read_all_fields", "read_rows", "score_abstention",
+    "score_baseline", "score_readings", "with_thresholds", "write_outputs",
+]
 
 def score_readings(gold: Sequence[str], readings: Sequence[Reading], options: Sequence[str]) -> dict[str, Any]:
     """The eval.json figures for the engine on these rows."""
@@ -177,40 +117,6 @@ def score_baseline(gold: Sequence[str], records: Sequence[Any], field_name: str,
     }
 
 
-def shuffled_rubric(rubric: Rubric, field_name: str, rng: random.Random) -> Rubric:
-    """The rubric with one choice field's options in a new random order (never the original one)."""
-    spec = rubric.field(field_name)
-    labels = list(spec.options or {})
-    if len(labels) < 2:
-        raise DecisionflowError(f"field {field_name!r} has no options to shuffle")
-    order = labels[:]
-    while order == labels:
-        rng.shuffle(order)
-    data = rubric.model_dump(mode="json")
-    data["fields"][field_name]["options"] = {label: spec.options[label] for label in order}  # type: ignore[index]
-    return Rubric.model_validate(data)
-
-
-def score_flips(original: Sequence[Reading], reordered: Sequence[Sequence[Reading]]) -> dict[str, Any]:
-    """How often the top label changes when only the order of the options changes."""
-    per_order = []
-    flipped_any = [False] * len(original)
-    for readings in reordered:
-        pairs = [(i, a, b) for i, (a, b) in enumerate(zip(original, readings))
-                 if a.predicted is not None and b.predicted is not None]
-        flips = [i for i, a, b in pairs if a.predicted != b.predicted]
-        for i in flips:
-            flipped_any[i] = True
-        per_order.append(len(flips) / len(pairs) if pairs else None)
-    rates = [r for r in per_order if r is not None]
-    return {
-        "orders": len(reordered),
-        "flip_rate": sum(rates) / len(rates) if rates else None,
-        "flip_rate_per_order": per_order,
-        "rows_flipped_in_any_order": sum(flipped_any) / len(original) if original else None,
-    }
-
-
 def with_thresholds(
     base: Calibration | None, rubric: Rubric, field_name: str, *,
     min_mass: float | None, min_probability: float | None,
@@ -239,18 +145,27 @@ class EvalRun:
 
 def evaluate(
     engine: Any, target: Any, rubric: Rubric, rows: Sequence[LabelledRow], field_name: str, *,
-    calibration: Calibration | None = None, shuffle_orders: int = 0, seed: int = 0,
-    baseline: bool = False, progress_for: Callable[[str], Progress] | None = None,
+    calibration: Calibration | None = None, debias: str | None = None, shuffle_orders: int = 0, seed: int = 0,
+    baseline: bool = False, ablate: bool = False, progress_for: Callable[[str], Progress | None] | None = None,
 ) -> EvalRun:
-    """Run the engine (and optionally the baseline and option shuffles) on `rows` and score them."""
-    progress_for = progress_for or (lambda _label: None)  # type: ignore[assignment, return-value]
+    """Run the engine on `rows` and score it; next to it the raw readout (when a correction applies),
+    and optionally option shuffles, the wording ablation and the JSON-generation baseline.
+
+    `debias` overrides the readout correction (None: what the engine resolves, as `decisionflow run`)."""
+    progress_for = progress_for or (lambda _label: None)
     texts = [row.text for row in rows]
     gold = [row.gold[field_name] for row in rows]
     options = offered_labels(rubric.field(field_name))
     began = time.perf_counter()
-    readings = read_rows(engine, target, texts, field_name, calibration=calibration, progress=progress_for("deciding"))
+    readings = read_rows(engine, target, texts, field_name, calibration=calibration, debias=debias,
+                         progress=progress_for("deciding"))
     summary = score_readings(gold, readings, options)
+    summary["debias"] = applied = applied_correction(readings)
     summary["seconds"] = round(time.perf_counter() - began, 1)
+    raw = None
+    if applied != Debias.NONE.value:
+        raw = read_rows(engine, target, texts, field_name, debias=Debias.NONE.value, progress=progress_for("deciding, raw"))
+        summary["raw"] = {k: v for k, v in score_readings(gold, raw, options).items() if k != "reliability"}
     settings = calibration.fields.get(field_name) if calibration else None
     if summary.get("n_out_of_scope") or (settings and (settings.min_candidate_mass is not None or settings.min_probability is not None)):
         summary["abstention"] = {
@@ -259,18 +174,17 @@ def evaluate(
             **score_abstention(gold, readings, options),
         }
     if shuffle_orders:
-        rng = random.Random(seed)
-        reordered = []
-        for k in range(shuffle_orders):
-            shuffled = shuffled_rubric(rubric, field_name, rng)
-            reordered.append(read_rows(engine, shuffled, texts, field_name, calibration=calibration,
-                                       progress=progress_for(f"order {k + 1}/{shuffle_orders}")))
-        summary["shuffle"] = score_flips(readings, reordered)
-        in_scope = [i for i, g in enumerate(gold) if g in set(options)]
-        summary["shuffle"]["accuracy_per_order"] = [
-            _number(metrics.accuracy([gold[i] for i in in_scope], [order[i].predicted for i in in_scope]))
-            for order in reordered
-        ]
+        compared = [(ReadSetting("readout", debias, calibration), readings)]
+        if raw is not None:
+            compared.append((ReadSetting("raw", Debias.NONE.value, None), raw))
+        by_readout = compare_orders(engine, rubric, texts, gold, options, field_name, compared,
+                                    orders=shuffle_orders, seed=seed, progress_for=progress_for)
+        summary["shuffle"] = {**by_readout["readout"], **({"raw": by_readout["raw"]} if "raw" in by_readout else {})}
+    if ablate:
+        correction = ablation_correction(applied)
+        known = {("as_written", applied): readings, **({("as_written", Debias.NONE.value): raw} if raw is not None else {})}
+        summary["ablate"] = compare_wordings(engine, rubric, texts, gold, options, field_name, correction=correction,
+                                             known=known, progress_for=progress_for)
     if baseline:
         from ..runtime.generation import json_generate
 
@@ -310,7 +224,8 @@ def write_outputs(run: EvalRun, directory: Path) -> list[Path]:
             handle.write(json.dumps({
                 "row": row.index, "gold": gold, "predicted": reading.predicted,
                 "confidence": reading.confidence, "candidate_mass": reading.candidate_mass,
-                "abstained": reading.abstained, **({"error": reading.error} if reading.error else {}),
+                "abstained": reading.abstained, "debias": reading.debias,
+                **({"error": reading.error} if reading.error else {}),
             }) + "\n")
     written.append(path)
     path = directory / "eval.md"
@@ -354,7 +269,9 @@ def markdown_report(summary: dict[str, Any], *, has_plot: bool) -> str:
     if "data" in summary:
         lines += [f"Data: `{summary['data']}` ({summary['n']} rows; {summary.get('selection', '')}). "
                   f"Model: {summary.get('model', 'bundled')}.", ""]
-    methods = [("decisionflow", summary)] + ([("JSON baseline", summary["baseline"])] if "baseline" in summary else [])
+    readout = f"decisionflow ({summary.get('debias', 'none')})"
+    methods = ([(readout, summary)] + ([("decisionflow raw", {**summary["raw"], "n": summary["n"]})] if "raw" in summary else [])
+               + ([("JSON baseline", summary["baseline"])] if "baseline" in summary else []))
     lines += ["| method | n | accuracy | macro-F1 | valid rate | ECE | mean candidate mass |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, figures in methods:
@@ -380,17 +297,43 @@ def markdown_report(summary: dict[str, Any], *, has_plot: bool) -> str:
                   f"| {_fmt(a['coverage'])} | {_fmt(a['covered_accuracy'])} | {_fmt(a['oos_recall'])} | "
                   f"{_fmt(a['overall_accuracy'])} | {_fmt(a.get('overall_accuracy_without_abstention'))} |"]
     if "shuffle" in summary:
-        s = summary["shuffle"]
-        lines += ["", "## Option order", "",
-                  f"Re-asked with the options in {s['orders']} shuffled order{'s' if s['orders'] != 1 else ''}: the top label changed on "
-                  f"{_fmt(s['flip_rate'])} of rows per order on average; {_fmt(s['rows_flipped_in_any_order'])} "
-                  "of rows changed in at least one order. Accuracy in each shuffled order: "
-                  + ", ".join(_fmt(a) for a in s.get("accuracy_per_order", [])) + "."]
+        lines += _order_section(summary)
+    if "ablate" in summary:
+        lines += _wording_section(summary["ablate"])
     if has_plot:
         lines += ["", "![reliability diagram](reliability.png)"]
     for note in summary.get("notes", []):
         lines += ["", f"Note: {note}"]
     return "\n".join(lines) + "\n"
+
+
+def _order_section(summary: dict[str, Any]) -> list[str]:
+    s = summary["shuffle"]
+    lines = ["", "## Option order", "",
+             f"Re-asked with the options in {s['orders']} shuffled order{'s' if s['orders'] != 1 else ''}.", "",
+             "| readout | flip rate per order | rows flipped in any order | accuracy in each order |",
+             "| --- | ---: | ---: | --- |"]
+    for name, figures in [(summary.get("debias", "none"), s)] + ([("raw", s["raw"])] if "raw" in s else []):
+        lines.append(f"| {name} | {_fmt(figures['flip_rate'])} | {_fmt(figures['rows_flipped_in_any_order'])} | "
+                     + ", ".join(_fmt(a) for a in figures.get("accuracy_per_order", [])) + " |")
+    return lines
+
+
+def _wording_section(ablate: dict[str, Any]) -> list[str]:
+    methods = list(next(iter(ablate["variants"].values())))
+    lines = ["", "## Wording", "",
+             "The rubric as written against its minimal variant (no instructions, no option descriptions), "
+             "without a calibration file.", "",
+             "| wording | " + " | ".join(f"accuracy ({m}) | macro-F1 ({m})" for m in methods) + " |",
+             "| --- | " + " | ".join("---: | ---:" for _ in methods) + " |"]
+    for name, figures in ablate["variants"].items():
+        lines.append(f"| {name.replace('_', ' ')} | "
+                     + " | ".join(f"{_fmt(figures[m]['accuracy'])} | {_fmt(figures[m]['macro_f1'])}" for m in methods) + " |")
+    d = ablate.get("minimal_minus_as_written")
+    if d:
+        lines += ["", f"Minimal minus as written ({ablate['correction']}): {d['difference']:+.3f} "
+                  f"(95 % interval {d['low']:+.3f} to {d['high']:+.3f}: {d['verdict']} for the minimal wording)."]
+    return lines
 
 
 def _fmt(value: Any) -> str:

@@ -2,20 +2,23 @@
 
 Per field: the temperature that minimises the negative log-likelihood of the gold labels, and
 optionally abstention thresholds (given, or a minimum candidate mass fitted on rows whose gold
-label the field does not offer). The engine is run without any calibration, so the fit starts
-from the model's own distributions. Temperature scaling keeps every row's winning label; the fit
-checks that on every row and fails loudly if it ever did not.
+label the field does not offer). The temperature is fitted *after* the readout correction: the
+engine runs with the correction it will use later (the call's `debias`, else one already recorded in
+the file, else the field's, the rubric's or the engine's default; a domain prior already in the file
+is used) but without any temperature or threshold, and the file records per field which correction
+the fit was made under, so `run` and `eval` apply the same one. Temperature scaling keeps every row's
+winning label; the fit checks that on every row and fails loudly if it ever did not.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ..runtime.calibration import Calibration, FieldCalibration, temperature_scale
-from ..spec.rubric import Rubric
+from ..spec.rubric import Debias, Rubric
 from . import metrics
-from .evaluate import Progress, Reading, read_all_fields
+from .evaluate import Progress, Reading, applied_correction, read_all_fields
 from .labelled import LabelledRow, offered_labels
 
 
@@ -34,6 +37,8 @@ class FieldFit:
     """Rows whose top label was checked to be the same after scaling (all of them)."""
     fitted_mass_accuracy: float | None = None
     """With a fitted mass threshold: accuracy counting out-of-scope rows right when they abstain."""
+    debias: str = "none"
+    """The readout correction the distributions were read under (and the file records)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {**vars(self), "settings": self.settings.model_dump()}
@@ -42,28 +47,53 @@ class FieldFit:
 def fit_calibration(
     engine: Any, target: Any, rubric: Rubric, rows: Sequence[LabelledRow], fields: Sequence[str], *,
     min_mass: float | None = None, min_probability: float | None = None, fit_min_mass: bool = False,
-    base: Calibration | None = None, progress: Progress | None = None,
+    base: Calibration | None = None, debias: str | None = None, progress: Progress | None = None,
 ) -> tuple[Calibration, list[FieldFit]]:
-    """The calibration fitted on `rows` (other fields of `base` kept) and what each field's fit measured."""
+    """The calibration fitted on `rows` (other fields of `base` kept) and what each field's fit measured.
+
+    `debias` names the readout correction to fit under (None: the one the engine resolves per field)."""
     texts = [row.text for row in rows]
     fits = []
     settings = dict(base.fields) if base and base.rubric == rubric.name else {}
     # One pass over the data answers every field; the rest are read from the same decisions.
-    readings_by_field = _read_fields(engine, target, texts, fields, progress)
+    readings_by_field = _read_fields(engine, target, texts, fields, _uncalibrated(rubric, settings, fields), debias, progress)
     for name in fields:
+        labels = offered_labels(rubric.field(name))
         fit = fit_field(
-            name, [row.gold[name] for row in rows], readings_by_field[name], offered_labels(rubric.field(name)),
+            name, [row.gold[name] for row in rows], readings_by_field[name], labels,
             min_mass=min_mass, min_probability=min_probability, fit_min_mass=fit_min_mass,
         )
-        settings[name] = fit.settings
-        fits.append(fit)
+        applied = applied_correction(readings_by_field[name])
+        settings[name] = fit.settings.model_copy(update={
+            "prior": _prior_over(settings.get(name), labels), "debias": Debias(applied),
+        })
+        fits.append(replace(fit, settings=settings[name], debias=applied))
     return Calibration(rubric=rubric.name, fields=settings), fits
 
 
+def _uncalibrated(rubric: Rubric, settings: dict[str, FieldCalibration], fields: Sequence[str]) -> Calibration | None:
+    """The calibration to read under: the fitted fields keep their prior and correction but lose their
+    temperature and thresholds, so the fit starts from the debiased distributions; other fields keep all."""
+    kept = {
+        name: (FieldCalibration(labels=s.labels, prior=s.prior, debias=s.debias) if name in fields else s)
+        for name, s in settings.items()
+    }
+    return Calibration(rubric=rubric.name, fields=kept) if kept else None
+
+
+def _prior_over(settings: FieldCalibration | None, labels: Sequence[str]) -> tuple[float, ...] | None:
+    """An existing domain prior, reordered to `labels` (the order the new settings record)."""
+    if settings is None or settings.prior is None or settings.labels is None:
+        return None
+    by_label = dict(zip(settings.labels, settings.prior))
+    return tuple(by_label[label] for label in labels)
+
+
 def _read_fields(
-    engine: Any, target: Any, texts: list[str], fields: Sequence[str], progress: Progress | None
+    engine: Any, target: Any, texts: list[str], fields: Sequence[str], calibration: Calibration | None,
+    debias: str | None, progress: Progress | None,
 ) -> dict[str, list[Reading]]:
-    rows = read_all_fields(engine, target, texts, progress=progress)
+    rows = read_all_fields(engine, target, texts, calibration=calibration, debias=debias, progress=progress)
     return {name: [row[name] for row in rows] for name in fields}
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import CalibrationError
-from ..spec.rubric import Rubric
+from ..spec.rubric import Debias, Rubric
 
 
 class FieldCalibration(BaseModel):
@@ -29,6 +29,17 @@ class FieldCalibration(BaseModel):
     """The field's labels when it was fitted; a rubric whose field offers other labels is refused."""
     prior: tuple[float, ...] | None = None
     """A domain prior over `labels` (mean distribution over unlabelled in-domain inputs) to divide by."""
+    debias: Debias | None = None
+    """The readout correction the temperature and thresholds were fitted under: the engine applies it to
+    this field unless the call names another (None: not recorded; the field's usual correction applies)."""
+
+    @model_validator(mode="after")
+    def _prior_has_labels(self) -> FieldCalibration:
+        if self.prior is not None and (self.labels is None or len(self.labels) != len(self.prior)):
+            raise ValueError("a prior needs `labels` of the same length, in the same order")
+        if self.debias is Debias.DOMAIN and self.prior is None:
+            raise ValueError("`debias: domain` needs a `prior` (fit one with `decisionflow calibrate --unlabelled`)")
+        return self
 
 
 class Calibration(BaseModel):
@@ -82,6 +93,10 @@ class Calibration(BaseModel):
             by_label = dict(zip(settings.labels, settings.prior))
             found[name] = tuple(by_label[label] for label in rubric.fields[name].labels)
         return found
+
+    def corrections(self) -> dict[str, Debias]:
+        """Per field, the readout correction its settings were fitted under, where the file records one."""
+        return {name: settings.debias for name, settings in self.fields.items() if settings.debias is not None}
 
     def apply(self, field: str, probabilities: tuple[float, ...], candidate_mass: float) -> tuple[tuple[float, ...], bool]:
         """The field's calibrated distribution and whether it abstains."""

@@ -12,13 +12,12 @@ from suite_support import FIXTURES
 from typer.testing import CliRunner
 
 from decisionflow.cli import app
+from decisionflow.quality.comparisons import score_flips, shuffled_rubric
 from decisionflow.quality.evaluate import (
     Reading,
     score_abstention,
     score_baseline,
-    score_flips,
     score_readings,
-    shuffled_rubric,
 )
 from decisionflow.quality.labelled import (
     DataError,

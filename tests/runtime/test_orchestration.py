@@ -6,7 +6,7 @@ for (the parent's line replaced by the alternative, the later lines re-written a
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 import pytest
 from pydantic import BaseModel, Field
