@@ -69,6 +69,7 @@ SETS = {
     "issues": DataSet("workflows/issue_triage.yaml", "nlbse24_issues/dev.csv", "label"),
 }
 SAMPLE_SIZES = (20, 50, 100)
+WORDING_METHODS = ("raw", "content_free_half", "content_free", "domain")
 SAMPLE_DRAWS = 5
 PRIDE_FEW_ROWS = 20
 
@@ -166,6 +167,7 @@ def corrected_runs(stored: dict[str, Any], folds: list[int], seed: int) -> dict[
         runs[f"content_free[{text}]"] = [corrections.divide(d, prior) for d in raw]
     three = corrections.mean_prior(list(free.values()))
     runs["content_free"] = [corrections.divide(d, three) for d in raw]
+    runs["content_free_half"] = [corrections.divide(d, three, 0.5) for d in raw]
     priors = corrections.cross_fitted_priors(raw, folds)
     runs["domain"] = [corrections.divide(d, p) for d, p in zip(raw, priors)]
     return runs
@@ -210,7 +212,7 @@ def analyse_set(spec: DataSet, order0: dict[str, Any], reordered: list[dict[str,
     for wording, stored in wordings.items():
         runs = corrected_runs(stored, folds, args.seed)
         wording_table[wording] = {
-            method: figures(gold, [runs[method][i] for i in scored], None) for method in ("raw", "content_free", "domain")
+            method: figures(gold, [runs[method][i] for i in scored], None) for method in WORDING_METHODS
         }
     result: dict[str, Any] = {
         "rubric": spec.rubric, "field": spec.field, "rows": len(gold_all), "scored_rows": len(scored),
@@ -293,11 +295,11 @@ def markdown(summary: dict[str, Any]) -> str:
             flips = ", ".join(f"{k} {v:.3f}" for k, v in p["flip_rate"].items() if v is not None)
             lines += ["", f"Option-order flip rate (top label changed vs the shipped order, mean over the other orders): {flips}."]
         if s["wording"]:
-            lines += ["", "| wording | raw acc | raw F1 | content-free acc | content-free F1 | domain acc | domain F1 |",
-                      "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            lines += ["", "| wording | " + " | ".join(f"{m} acc | {m} F1" for m in WORDING_METHODS) + " |",
+                      "| --- |" + " ---: | ---: |" * len(WORDING_METHODS)]
             for wording, t in s["wording"].items():
                 lines.append(f"| {wording} | " + " | ".join(
-                    f"{t[m]['accuracy']:.3f} | {t[m]['macro_f1']:.3f}" for m in ("raw", "content_free", "domain")) + " |")
+                    f"{t[m]['accuracy']:.3f} | {t[m]['macro_f1']:.3f}" for m in WORDING_METHODS if m in t) + " |")
         lines += ["", f"Run seconds: {s['seconds']}; engine vs offline content-free readout, largest difference: "
                   f"{summary['online_check'].get(name, 'n/a')}", ""]
     return "\n".join(lines)

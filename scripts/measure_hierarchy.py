@@ -39,16 +39,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--limit", type=int, default=300)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="a JSON file; results already in it are kept")
+    parser.add_argument("--variants", default="flat,greedy,marginalised_3,marginalised_10")
+    parser.add_argument("--debias", default="none,content_free", help="comma-separated readout corrections")
+    parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
+    chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
+    methods = [m.strip() for m in args.debias.split(",") if m.strip()]
     labels = json.loads((args.data / "clinc150" / "labels.json").read_text())
     rows, _ = load_labelled(args.data / "clinc150" / "dev.csv", text_column="text", columns={"intent": "label"})
     rows = select_rows([r for r in rows if r.gold["intent"] != labels["out_of_scope_label"]], limit=args.limit, seed=0)
     texts = [r.text for r in rows]
-    engine = Engine.load()
-    results = {}
+    engine = Engine.load(threads=args.threads)
+    results = json.loads(args.out.read_text()) if args.out and args.out.is_file() else {}
     for name, rubric in variants().items():
-        for debias in ("none", "content_free"):
+        if name not in chosen:
+            continue
+        for debias in methods:
             engine.decide(rubric, texts[0], debias=debias)  # prepare: head, priors
             began = time.perf_counter()
             decisions = engine.decide_many(rubric, texts, debias=debias)
@@ -64,9 +71,9 @@ def main() -> None:
             entry["ms_per_request_alone"] = sorted(single)[len(single) // 2]
             results[f"{name}/{debias}"] = entry
             print(name, debias, json.dumps(entry), flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+            if args.out:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -34,10 +34,10 @@ def mean_prior(distributions: Sequence[Distribution]) -> dict[str, float]:
     return {label: sum(d[label] for d in distributions) / len(distributions) for label in labels}
 
 
-def divide(distribution: Distribution, prior: Distribution) -> dict[str, float]:
-    """`p(label) / prior(label)`, renormalised, exactly as the engine does (`runtime.debias`)."""
+def divide(distribution: Distribution, prior: Distribution, strength: float = 1.0) -> dict[str, float]:
+    """`p(label) / prior(label)^strength`, renormalised, exactly as the engine does (`runtime.debias`)."""
     labels = list(distribution)
-    divided = divide_by_prior([distribution[k] for k in labels], [prior[k] for k in labels])
+    divided = divide_by_prior([distribution[k] for k in labels], [prior[k] for k in labels], strength)
     return dict(zip(labels, divided))
 
 

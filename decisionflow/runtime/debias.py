@@ -6,6 +6,8 @@ field's distribution for content-free inputs (`N/A`, `[MASK]`, `...`), once per 
 every request's distribution by it: `p(label) ∝ p(label | input) / prior(label)`. Domain-context
 calibration (Fei et al., 2023) uses the mean distribution over a sample of real, unlabelled inputs
 instead; `decisionflow calibrate --unlabelled` fits it into the rubric's calibration file.
+`content_free_half` divides by the square root of the content-free prior: half the correction in
+log space, for models whose content-free prior overstates their bias on real inputs.
 
 The division happens before the answer is chosen, so a pinned field's debiased answer is what later
 fields read. Candidate mass is not touched: abstention by mass still uses the model's raw mass.
@@ -47,12 +49,12 @@ class Priors:
             if total < PRIOR_FLOOR:
                 return probabilities, Debias.NONE
             prior = tuple(q / total for q in prior)
-        return divide_by_prior(probabilities, prior), method
+        return divide_by_prior(probabilities, prior, method.strength), method
 
 
-def divide_by_prior(probabilities: Sequence[float], prior: Sequence[float]) -> tuple[float, ...]:
-    """p / prior, renormalised; falls back to `probabilities` if nothing is left."""
-    ratios = [p / max(q, PRIOR_FLOOR) for p, q in zip(probabilities, prior)]
+def divide_by_prior(probabilities: Sequence[float], prior: Sequence[float], strength: float = 1.0) -> tuple[float, ...]:
+    """p / prior^strength, renormalised; falls back to `probabilities` if nothing is left."""
+    ratios = [p / max(q, PRIOR_FLOOR) ** strength for p, q in zip(probabilities, prior)]
     total = sum(ratios)
     if total <= 0.0:
         return tuple(probabilities)

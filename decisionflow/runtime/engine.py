@@ -305,17 +305,25 @@ class Engine:
         priors are estimated once per rubric; domain priors come from the calibration file (refused when
         it has none for that field)."""
         fitted = calibration.corrections() if calibration is not None else {}
+        if call is not None and not isinstance(call, Debias):
+            try:
+                call = Debias(call)
+            except ValueError:
+                raise CalibrationError(
+                    f"unknown readout correction {call!r} (debias: {', '.join(d.value for d in Debias)})"
+                ) from None
         methods = {
             name: Debias(call or fitted.get(name) or spec.debias or rubric.debias or self.options.debias)
             for name, spec in rubric.fields.items()
         }
         if all(method is Debias.NONE for method in methods.values()):
             return None
-        content_free = self._content_free_prior(prepared, rubric) if Debias.CONTENT_FREE in methods.values() else {}
+        wanted = any(method.uses_content_free_prior for method in methods.values())
+        content_free = self._content_free_prior(prepared, rubric) if wanted else {}
         domain = calibration.priors(rubric) if calibration is not None else {}
         fields: dict[str, tuple[Debias, tuple[float, ...]]] = {}
         for name, method in methods.items():
-            if method is Debias.CONTENT_FREE and name in content_free:
+            if method.uses_content_free_prior and name in content_free:
                 fields[name] = (method, content_free[name])
             elif method is Debias.DOMAIN:
                 if name not in domain:

@@ -63,8 +63,19 @@ class Debias(str, Enum):
     """The model's distribution as read."""
     CONTENT_FREE = "content_free"
     """Divided by the field's distribution for content-free inputs (contextual calibration)."""
+    CONTENT_FREE_HALF = "content_free_half"
+    """Divided by the square root of that content-free prior: half the correction, in log space."""
     DOMAIN = "domain"
     """Divided by the mean distribution over unlabelled in-domain inputs (fitted by `calibrate --unlabelled`)."""
+
+    @property
+    def strength(self) -> float:
+        """The power the prior is raised to before dividing by it (0: no correction)."""
+        return {"none": 0.0, "content_free_half": 0.5}.get(self.value, 1.0)
+
+    @property
+    def uses_content_free_prior(self) -> bool:
+        return self in (Debias.CONTENT_FREE, Debias.CONTENT_FREE_HALF)
 
 
 class Catalog(str, Enum):
