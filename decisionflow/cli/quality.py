@@ -61,7 +61,7 @@ MinProbabilityOption = Annotated[
 
 DebiasOption = Annotated[
     str | None,
-    typer.Option("--debias", metavar="METHOD", help="The readout correction: none, content_free or domain (default: the one "
+    typer.Option("--debias", metavar="METHOD", help="The readout correction: none, content_free, content_free_half or domain (default: the one "
                  "recorded in the calibration file, else the field's, the rubric's or the engine's).", show_default=False),
 ]
 

@@ -151,7 +151,7 @@ def _breakdown(loading: float, loaded: float, call: dict[str, float]) -> dict[st
     startup = (loading - process_started()) * 1000
     done = (time.perf_counter() - process_started()) * 1000
     parts = {"start_up": startup, "model_load": (loaded - loading) * 1000}
-    parts.update({key: call[key] for key in ("compile", "head_load", "head_prefill", "passes") if key in call})
+    parts.update({key: call[key] for key in ("compile", "head_load", "head_prefill", "prior_load", "prior_read", "passes") if key in call})
     parts["total"] = done
     return parts
 

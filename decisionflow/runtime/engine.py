@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -44,8 +44,9 @@ class EngineOptions:
     mode: ReadMode = ReadMode.BRANCH
     catalog: Catalog = Catalog.FULL
     """How much of each choice field's options the prompt lists (see `compiler.prompt.Catalog`)."""
-    debias: Debias = Debias.NONE
-    """The readout's bias correction (see `runtime.debias`); a call may override it."""
+    debias: Debias = Debias.CONTENT_FREE_HALF
+    """The readout's bias correction (see `runtime.debias`); a rubric, a field or a call may override it.
+    The default is the one that lost accuracy on no development set (docs/evaluation.md)."""
     kernels: str = "auto"
     """`auto`: the Triton kernels on CUDA when they import and support the model, else torch;
     `triton` (on the CPU only under TRITON_INTERPRET=1) or `torch` to choose."""
@@ -74,6 +75,11 @@ class _Prepared:
     compile_ms: float = 0.0
     content_free: dict[str, tuple[float, ...]] | None = None
     """Per field, its mean distribution over content-free inputs (the contextual-calibration prior)."""
+    prior_ms: float = 0.0
+    prior_source: str = ""
+    """How the content-free prior was obtained: `decided` (the content-free inputs were read) or `disk`."""
+    preparation_reported: bool = False
+    """Whether a request has already reported what preparing the rubric cost (compile, head, prior)."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     prior_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -107,6 +113,7 @@ class Engine:
         pin_first: bool | None = None,
         persist_heads: bool = True,
         kernels: str = "auto",
+        debias: Debias | str | None = None,
     ) -> Engine:
         """Load `model` (default: the bundled SmolLM2-135M-Instruct): a folder, a .gguf file or a hub id.
 
@@ -117,6 +124,9 @@ class Engine:
         With `persist_heads` (the default) rubric head caches are kept on disk under the cache
         folder (`~/.cache/decisionflow/heads`, or `$DECISIONFLOW_CACHE/heads`), so a new process
         skips the head prefill of a rubric it has seen before.
+
+        `debias`: the readout correction for fields whose rubric does not choose one (default
+        `EngineOptions.debias`, see `runtime.debias`).
         """
         if threads:
             import torch
@@ -125,6 +135,8 @@ class Engine:
         loaded = load_model(model, dtype=dtype, device=device, status=status or (lambda _: None))
         store = cache_root() / "heads" if persist_heads else None
         options = EngineOptions(mode=ReadMode(mode), pin_first=pin_first, head_store=store, kernels=kernels)
+        if debias is not None:
+            options = replace(options, debias=Debias(debias))
         return cls(loaded, options=options)
 
     @property
@@ -199,8 +211,10 @@ class Engine:
 
     def _decide(
         self, target: Any, payloads: list[Any], *, progress: Progress | None,
-        calibration: Calibration | None, debias: Debias | str | None, fail_fast: bool,
+        calibration: Calibration | None, debias: Debias | str | None, fail_fast: bool, internal: bool = False,
     ) -> list[Decision | DecisionflowError]:
+        """`internal`: the engine's own reading (of content-free inputs), which never reports the
+        rubric's preparation: the first request of the caller's does."""
         rubric = rubric_of(target)
         if calibration is not None:
             calibration.check(rubric)
@@ -211,6 +225,8 @@ class Engine:
         tokens = self._admit(prepared.compiled, payloads, outcomes, fail_fast=fail_fast)
         admitted = [i for i, t in enumerate(tokens) if t is not None]
         head_hit = self._ensure_head(prepared) if admitted else True
+        if admitted and not internal:
+            head_hit, prepared.preparation_reported = prepared.preparation_reported, True
         done = len(payloads) - len(admitted)
         for batch in self._batches(prepared.compiled, [tokens[i] for i in admitted]):  # type: ignore[misc]
             indexes = [admitted[b] for b in batch]
@@ -232,6 +248,8 @@ class Engine:
                         **({} if head_hit else {
                             "compile": prepared.compile_ms,
                             f"head_{'load' if prepared.head_source == 'disk' else 'prefill'}": prepared.head_ms,
+                            **({f"prior_{'load' if prepared.prior_source == 'disk' else 'read'}": prepared.prior_ms}
+                               if prepared.prior_source else {}),
                         }),
                     },
                     head_source="memory" if head_hit else prepared.head_source,
@@ -340,8 +358,15 @@ class Engine:
             return prepared.content_free
         with prepared.prior_lock:
             if prepared.content_free is None:
+                began = time.perf_counter()
+                identity = self._prior_identity(rubric)
+                stored = self.head_store.load_prior(identity) if self.head_store is not None else None
+                if stored is not None:
+                    prepared.content_free, prepared.prior_source = stored, "disk"
+                    prepared.prior_ms = (time.perf_counter() - began) * 1000
+                    return stored
                 outcomes = self._decide(rubric, list(CONTENT_FREE_INPUTS), progress=None, calibration=None,
-                                        debias=Debias.NONE, fail_fast=False)
+                                        debias=Debias.NONE, fail_fast=False, internal=True)
                 # (`debias=none` for the call: the prior is the model's own, uncorrected distribution.)
                 decided = [o for o in outcomes if isinstance(o, Decision)]
                 priors = {}
@@ -351,8 +376,18 @@ class Engine:
                     prior = mean_distribution(seen)
                     if prior is not None:
                         priors[name] = prior
-                prepared.content_free = priors
+                prepared.content_free, prepared.prior_source = priors, "decided"
+                prepared.prior_ms = (time.perf_counter() - began) * 1000
+                if self.head_store is not None:
+                    self.head_store.save_prior(identity, priors)
         return prepared.content_free
+
+    def _prior_identity(self, rubric: Rubric) -> dict[str, Any]:
+        """Everything a rubric's content-free priors depend on besides the model and dtype."""
+        return {
+            "kind": "content_free", "inputs": list(CONTENT_FREE_INPUTS), "rubric": rubric.key,
+            "mode": self.options.mode.value, "catalog": self.options.catalog.value, "pin_first": self.options.pin_first,
+        }
 
     def _prepare(self, rubric: Rubric) -> _Prepared:
         key = (rubric.key, self.options.mode.value, self.options.catalog.value, self.options.pin_first)

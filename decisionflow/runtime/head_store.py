@@ -1,7 +1,9 @@
 """Head caches on disk, so a new process does not pay a rubric's head prefill again.
 
 A rubric's head (system turn, catalog, `Input:`) is identical for every request; its keys and values
-cost one forward pass over often thousands of tokens. The store keeps them as safetensors files,
+cost one forward pass over often thousands of tokens. The rubric's content-free priors (the debiased
+readout's estimate of the model's bias, one small decision per content-free input) are kept beside
+it as small JSON files. The store keeps them as safetensors files,
 keyed by everything that determines them: the head's token ids (which already encode the rubric, the
 prompt wording, the chat template and the tokenizer), a fingerprint of the model's weights and
 configuration, the dtype, and the store's format version. A changed rubric, model or template is
@@ -127,8 +129,45 @@ class HeadStore:
         except OSError as error:
             warnings.warn(f"could not store the head cache in {self.folder}: {error}", HeadCacheWarning, stacklevel=2)
 
+    def prior_path(self, identity: dict[str, Any]) -> Path:
+        """Where a rubric's content-free priors live: keyed like a head, plus what else shapes them."""
+        keyed = {"format": FORMAT, "library": _library_version(), "model": self.fingerprint,
+                 "dtype": str(self.dtype), **identity}
+        digest = hashlib.sha256(json.dumps(keyed, separators=(",", ":"), sort_keys=True).encode()).hexdigest()[:32]
+        return self.folder / f"{digest}.prior.json"
+
+    def load_prior(self, identity: dict[str, Any]) -> dict[str, tuple[float, ...]] | None:
+        """The stored per-field priors for this identity, or None (absent or unreadable, then removed)."""
+        path = self.prior_path(identity)
+        if not path.is_file():
+            return None
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            priors = {str(name): tuple(float(p) for p in values) for name, values in stored["priors"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            warnings.warn(f"ignoring the stored prior {path.name}: {error}", HeadCacheWarning, stacklevel=2)
+            path.unlink(missing_ok=True)
+            return None
+        os.utime(path)
+        return priors
+
+    def save_prior(self, identity: dict[str, Any], priors: dict[str, tuple[float, ...]]) -> None:
+        path = self.prior_path(identity)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            handle, scratch = tempfile.mkstemp(prefix=".prior-", suffix=".tmp", dir=self.folder)
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump({"priors": {name: list(values) for name, values in priors.items()}}, out)
+            try:
+                os.replace(scratch, path)
+            finally:
+                Path(scratch).unlink(missing_ok=True)
+        except OSError as error:
+            warnings.warn(f"could not store the prior in {self.folder}: {error}", HeadCacheWarning, stacklevel=2)
+
     def evict(self, *, keep: Path | None = None) -> None:
-        files = sorted(self.folder.glob("*.safetensors"), key=lambda p: p.stat().st_mtime)
+        files = sorted([*self.folder.glob("*.safetensors"), *self.folder.glob("*.prior.json")],
+                       key=lambda p: p.stat().st_mtime)
         total = sum(p.stat().st_size for p in files)
         for file in files:
             if total <= self.max_bytes:

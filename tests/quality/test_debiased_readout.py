@@ -147,4 +147,4 @@ def test_calibrate_needs_some_data_and_thresholds_need_labels(tmp_path: Path):
     result = runner.invoke(app, ["calibrate", str(BANKING), "--unlabelled", str(BANKING_ROWS), "--fit-min-mass"])
     assert result.exit_code == 2 and "fitted with --data" in result.output
     result = runner.invoke(app, ["eval", str(BANKING), "--data", str(BANKING_ROWS), "--debias", "sideways"])
-    assert result.exit_code == 1 and "--debias must be one of none, content_free, domain" in result.output
+    assert result.exit_code == 1 and "--debias must be one of none, content_free, content_free_half, domain" in result.output

@@ -16,7 +16,7 @@ import torch
 from decisionflow.runtime.engine import Engine, EngineOptions
 from decisionflow.runtime.head_store import HeadCacheWarning, model_fingerprint
 from decisionflow.runtime.loading import LoadedModel, cache_root
-from decisionflow.spec.rubric import Rubric
+from decisionflow.spec.rubric import Catalog, Rubric
 
 pytestmark = pytest.mark.model
 
@@ -109,3 +109,29 @@ def test_a_second_cold_cli_run_skips_the_head_prefill(tmp_path):
     assert first["stats"]["head_source"] == "prefill"
     assert second["stats"]["head_source"] == "disk"
     assert second["fields"] == first["fields"]
+
+
+def test_the_content_free_prior_is_stored_beside_the_head_and_reused(engine, tmp_path, monkeypatch):
+    first = fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT)
+    assert first.fields["topic"].debias == "content_free_half"  # the engine's default readout
+    assert len(list(tmp_path.glob("*.prior.json"))) == 1
+    second = fresh(engine.loaded, tmp_path)
+    asked: list[list] = []
+    original = second._decide
+    monkeypatch.setattr(second, "_decide", lambda target, payloads, **kw: asked.append(payloads) or original(target, payloads, **kw))
+    again = second.decide(RUBRIC, TEXT)
+    assert asked == [[TEXT]]  # no content-free inputs decided: the prior came from disk
+    assert again.to_dict()["fields"] == first.to_dict()["fields"]
+    # Another catalog strategy reads other rows: its prior is its own.
+    fresh(engine.loaded, tmp_path, catalog=Catalog.LABELS).decide(RUBRIC, TEXT)
+    assert len(list(tmp_path.glob("*.prior.json"))) == 2
+
+
+def test_a_damaged_prior_file_is_ignored_with_a_warning(engine, tmp_path):
+    first = fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT)
+    (stored,) = tmp_path.glob("*.prior.json")
+    stored.write_text("{not json", encoding="utf-8")
+    with pytest.warns(HeadCacheWarning, match="ignoring the stored prior"):
+        again = fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT)
+    assert again.to_dict()["fields"] == first.to_dict()["fields"]
+    assert json.loads(stored.read_text(encoding="utf-8"))["priors"]  # recomputed and rewritten
