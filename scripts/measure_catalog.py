@@ -1,4 +1,4 @@
-"""Catalog strategies side by side: accuracy on labelled many-label sets, speed on the 255-label preset.
+"""Catalog strategies side by side: accuracy on the labelled development sets, speed on the 255-label preset.
 
     .venv/bin/python scripts/measure_catalog.py --data ../shared/data --out out/catalog.json
 
@@ -31,6 +31,8 @@ from decisionflow.spec.yaml_rubric import load_rubric
 SETS = {
     "banking77": ("banking77_intent", "intent", 200),
     "clinc150": ("clinc150_intent", "intent", 300),
+    "sst2": ("sentiment", "sentiment", 200),
+    "nlbse24_issues": ("issue_triage", "label", 150),
 }
 STRATEGIES = (Catalog.FULL, Catalog.LABELS, Catalog.NONE)
 
@@ -69,6 +71,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--part", choices=("all", "speed", "accuracy"), default="all")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
     args = parser.parse_args()
     base = Engine.load(threads=args.threads)
     results = json.loads(args.out.read_text()) if args.out and args.out.is_file() else {}
@@ -78,7 +81,7 @@ def main() -> None:
         if args.part in ("all", "speed"):
             entry["high_cardinality_255"] = speed(engine, args.repeats)
         if args.part in ("all", "accuracy"):
-            entry.update({name: accuracy(engine, args.data, name) for name in SETS})
+            entry.update({name: accuracy(engine, args.data, name) for name in args.sets.split(",")})
         print(strategy.value, json.dumps(entry), flush=True)
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,9 @@ Progress = Callable[[int, int], None]
 @dataclass(frozen=True)
 class EngineOptions:
     mode: ReadMode = ReadMode.BRANCH
-    catalog: Catalog = Catalog.FULL
+    catalog: Catalog = Catalog.AUTO
+    """How much of each choice field's options the prompt lists, where the rubric does not say
+    (`compiler.prompt.catalog_for`; measured in docs/engine.md)."""
     """How much of each choice field's options the prompt lists (see `compiler.prompt.Catalog`)."""
     debias: Debias = Debias.CONTENT_FREE_HALF
     """The readout's bias correction (see `runtime.debias`); a rubric, a field or a call may override it.
