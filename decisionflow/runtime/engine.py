@@ -360,6 +360,7 @@ class Engine:
             return prepared.content_free
         with prepared.prior_lock:
             if prepared.content_free is None:
+                self._ensure_head(prepared)  # first, so that the prior's time is its own reading only
                 began = time.perf_counter()
                 identity = self._prior_identity(rubric)
                 stored = self.head_store.load_prior(identity) if self.head_store is not None else None
