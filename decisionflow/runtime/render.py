@@ -39,10 +39,12 @@ def decision_table(decision: Any) -> Group:
             mass = Text(f"{field.candidate_mass:.2f}", style="red" if field.candidate_mass < LOW_MASS else "")
         table.add_row(name, answer, f"{ranked[0][1]:.2f}", mass, runner, str(field.round))
     s = decision.stats
+    corrections = sorted({f.debias for f in decision.fields.values() if f.asked and f.debias != "none"})
     footer = Text(
         f"{s.forward_passes} forward passes, {s.tokens_prefilled} tokens prefilled "
         f"(input {s.input_tokens}; head {s.head_tokens} tokens, from {s.head_source}), "
-        f"{s.timings_ms.get('total', 0):.0f} ms",
+        f"{s.timings_ms.get('total', 0):.0f} ms"
+        + (f"; p debiased ({', '.join(corrections)})" if corrections else ""),
         style="dim",
     )
     return Group(table, footer)

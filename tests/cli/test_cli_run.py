@@ -46,6 +46,7 @@ def test_run_prints_a_score_table():
     assert result.exit_code == 0, result.output
     assert "sentiment" in result.stdout and "forward pass" in result.stdout
     assert "positive" in result.stdout and "negative" in result.stdout
+    assert "p debiased (content_free_half)" in result.stdout  # the table says its p are corrected
 
 
 def test_run_file_resumes_without_redoing_rows(tmp_path: Path):
