@@ -226,9 +226,13 @@ class Engine:
         outcomes: list[Decision | DecisionflowError | None] = [None] * len(payloads)
         tokens = self._admit(prepared.compiled, payloads, outcomes, fail_fast=fail_fast)
         admitted = [i for i, t in enumerate(tokens) if t is not None]
-        head_hit = self._ensure_head(prepared) if admitted else True
-        if admitted and not internal:
-            head_hit, prepared.preparation_reported = prepared.preparation_reported, True
+        if admitted:
+            self._ensure_head(prepared)
+        # "Hit": this request did not pay for preparing the rubric (compile, head, prior), which the
+        # caller's first request reports, whoever made the head first.
+        head_hit = internal or not admitted or prepared.preparation_reported
+        if not head_hit:
+            prepared.preparation_reported = True
         done = len(payloads) - len(admitted)
         for batch in self._batches(prepared.compiled, [tokens[i] for i in admitted]):  # type: ignore[misc]
             indexes = [admitted[b] for b in batch]
@@ -362,8 +366,9 @@ class Engine:
             if prepared.content_free is None:
                 self._ensure_head(prepared)  # first, so that the prior's time is its own reading only
                 began = time.perf_counter()
-                identity = self._prior_identity(rubric)
-                stored = self.head_store.load_prior(identity) if self.head_store is not None else None
+                head_tokens, identity = prepared.compiled.head_tokens, self._prior_identity(rubric)
+                store = self.head_store
+                stored = store.load_prior(head_tokens, identity) if store is not None else None
                 if stored is not None:
                     prepared.content_free, prepared.prior_source = stored, "disk"
                     prepared.prior_ms = (time.perf_counter() - began) * 1000
@@ -381,19 +386,20 @@ class Engine:
                         priors[name] = prior
                 prepared.content_free, prepared.prior_source = priors, "decided"
                 prepared.prior_ms = (time.perf_counter() - began) * 1000
-                if self.head_store is not None:
-                    self.head_store.save_prior(identity, priors)
+                if store is not None:
+                    store.save_prior(head_tokens, identity, priors)
         return prepared.content_free
 
     def _prior_identity(self, rubric: Rubric) -> dict[str, Any]:
-        """Everything a rubric's content-free priors depend on besides the model and dtype."""
-        return {
-            "kind": "content_free", "inputs": list(CONTENT_FREE_INPUTS), "rubric": rubric.key,
-            "mode": self.options.mode.value, "catalog": self.options.catalog.value, "pin_first": self.options.pin_first,
-        }
+        """What a rubric's content-free priors depend on besides its head, the model and the dtype."""
+        return {"inputs": list(CONTENT_FREE_INPUTS), "prepared": list(self._prepared_key(rubric))}
+
+    def _prepared_key(self, rubric: Rubric) -> tuple[str, str, str, bool | None]:
+        """Everything that shapes a rubric's compiled prompt, rows and plan in this engine."""
+        return (rubric.key, self.options.mode.value, self.options.catalog.value, self.options.pin_first)
 
     def _prepare(self, rubric: Rubric) -> _Prepared:
-        key = (rubric.key, self.options.mode.value, self.options.catalog.value, self.options.pin_first)
+        key = self._prepared_key(rubric)
         with self._prepared_lock:
             prepared = self._prepared.get(key)
             if prepared is not None:
@@ -410,14 +416,14 @@ class Engine:
             self._evict(keep=key)
         return prepared
 
-    def _ensure_head(self, prepared: _Prepared) -> bool:
+    def _ensure_head(self, prepared: _Prepared) -> None:
         """Get the rubric's head cache once (other threads wait for it): from the disk store when it has
-        it, else by a prefill that is then stored. True when it was already in memory."""
+        it, else by a prefill that is then stored."""
         if prepared.head is not None:
-            return True
+            return
         with prepared.lock:
             if prepared.head is not None:
-                return True
+                return
             began = time.perf_counter()
             tokens = prepared.compiled.head_tokens
             store = self.head_store
@@ -431,7 +437,6 @@ class Engine:
             prepared.head_ms = (time.perf_counter() - began) * 1000
         with self._prepared_lock:
             self._evict(keep=next((k for k, p in self._prepared.items() if p is prepared), None))
-        return False
 
     def _evict(self, *, keep: Any) -> None:
         """Drop least recently used rubrics beyond the count and head-byte budgets (caller holds the lock)."""

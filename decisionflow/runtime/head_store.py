@@ -16,6 +16,7 @@ does not match the model it is loaded for, is ignored with a `HeadCacheWarning` 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -38,6 +39,7 @@ class HeadCacheWarning(UserWarning):
     """A stored head could not be used; it is recomputed."""
 
 
+@functools.cache
 def _library_version() -> str:
     try:
         return version("decisionflow")
@@ -73,13 +75,15 @@ class HeadStore:
         self.dtype = dtype
         self.max_bytes = max_bytes
 
-    def key(self, head_tokens: tuple[int, ...] | list[int]) -> str:
+    def key(self, head_tokens: tuple[int, ...] | list[int], **more: Any) -> str:
+        """The file name's digest: the head's tokens, this store's model, dtype and format, and `more`."""
         identity = {
             "format": FORMAT,
             "library": _library_version(),
             "model": self.fingerprint,
             "dtype": str(self.dtype),
             "tokens": list(head_tokens),
+            **more,
         }
         return hashlib.sha256(json.dumps(identity, separators=(",", ":")).encode()).hexdigest()[:32]
 
@@ -116,29 +120,18 @@ class HeadStore:
         for i, (k, v) in enumerate(head.kv):
             tensors[f"k.{i}"] = k.detach().contiguous().cpu()
             tensors[f"v.{i}"] = v.detach().contiguous().cpu()
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            handle, scratch = tempfile.mkstemp(prefix=".head-", suffix=".tmp", dir=self.folder)
-            os.close(handle)
-            try:
-                save_file(tensors, scratch, metadata={"tokens": str(len(head_tokens)), "format": str(FORMAT)})
-                os.replace(scratch, path)
-            finally:
-                Path(scratch).unlink(missing_ok=True)
+        metadata = {"tokens": str(len(head_tokens)), "format": str(FORMAT)}
+        if self._write_atomically(path, lambda scratch: save_file(tensors, scratch, metadata=metadata)):
             self.evict(keep=path)
-        except OSError as error:
-            warnings.warn(f"could not store the head cache in {self.folder}: {error}", HeadCacheWarning, stacklevel=2)
 
-    def prior_path(self, identity: dict[str, Any]) -> Path:
-        """Where a rubric's content-free priors live: keyed like a head, plus what else shapes them."""
-        keyed = {"format": FORMAT, "library": _library_version(), "model": self.fingerprint,
-                 "dtype": str(self.dtype), **identity}
-        digest = hashlib.sha256(json.dumps(keyed, separators=(",", ":"), sort_keys=True).encode()).hexdigest()[:32]
-        return self.folder / f"{digest}.prior.json"
+    def prior_path(self, head_tokens: tuple[int, ...] | list[int], identity: dict[str, Any]) -> Path:
+        """Where a rubric's content-free priors live: keyed like its head, plus what else shapes them
+        (the rubric's rows, the read mode, the content-free inputs)."""
+        return self.folder / f"{self.key(head_tokens, prior=identity)}.prior.json"
 
-    def load_prior(self, identity: dict[str, Any]) -> dict[str, tuple[float, ...]] | None:
-        """The stored per-field priors for this identity, or None (absent or unreadable, then removed)."""
-        path = self.prior_path(identity)
+    def load_prior(self, head_tokens: tuple[int, ...] | list[int], identity: dict[str, Any]) -> dict[str, tuple[float, ...]] | None:
+        """The stored per-field priors, or None (absent, or unreadable and then removed)."""
+        path = self.prior_path(head_tokens, identity)
         if not path.is_file():
             return None
         try:
@@ -151,19 +144,27 @@ class HeadStore:
         os.utime(path)
         return priors
 
-    def save_prior(self, identity: dict[str, Any], priors: dict[str, tuple[float, ...]]) -> None:
-        path = self.prior_path(identity)
+    def save_prior(self, head_tokens: tuple[int, ...] | list[int], identity: dict[str, Any],
+                   priors: dict[str, tuple[float, ...]]) -> None:
+        text = json.dumps({"priors": {name: list(values) for name, values in priors.items()}})
+        self._write_atomically(self.prior_path(head_tokens, identity),
+                               lambda scratch: Path(scratch).write_text(text, encoding="utf-8"))
+
+    def _write_atomically(self, path: Path, write: Any) -> bool:
+        """`write(scratch)` to a temporary file renamed onto `path`; a failure only warns (False)."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            handle, scratch = tempfile.mkstemp(prefix=".prior-", suffix=".tmp", dir=self.folder)
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                json.dump({"priors": {name: list(values) for name, values in priors.items()}}, out)
+            handle, scratch = tempfile.mkstemp(prefix=".store-", suffix=".tmp", dir=self.folder)
+            os.close(handle)
             try:
+                write(scratch)
                 os.replace(scratch, path)
             finally:
                 Path(scratch).unlink(missing_ok=True)
         except OSError as error:
-            warnings.warn(f"could not store the prior in {self.folder}: {error}", HeadCacheWarning, stacklevel=2)
+            warnings.warn(f"could not store {path.name} in {self.folder}: {error}", HeadCacheWarning, stacklevel=3)
+            return False
+        return True
 
     def evict(self, *, keep: Path | None = None) -> None:
         files = sorted([*self.folder.glob("*.safetensors"), *self.folder.glob("*.prior.json")],

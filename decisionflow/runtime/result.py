@@ -82,6 +82,8 @@ class Stats:
     input_tokens: int
     head_tokens: int
     head_cache_hit: bool
+    """False only for the first request of a rubric in this engine, which pays (and reports in
+    `timings_ms`) its preparation: compile, head, content-free prior."""
     batch_size: int = 1
     """Requests that shared these passes."""
     timings_ms: dict[str, float] = field(default_factory=dict)

@@ -71,7 +71,9 @@ class Debias(str, Enum):
     @property
     def strength(self) -> float:
         """The power the prior is raised to before dividing by it (0: no correction)."""
-        return {"none": 0.0, "content_free_half": 0.5}.get(self.value, 1.0)
+        if self is Debias.NONE:
+            return 0.0
+        return 0.5 if self is Debias.CONTENT_FREE_HALF else 1.0
 
     @property
     def uses_content_free_prior(self) -> bool:

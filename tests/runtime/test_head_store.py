@@ -66,6 +66,7 @@ def test_a_changed_rubric_or_template_is_not_served_a_stale_head(engine, tmp_pat
         pytest.fail("the template change did not change the head; the test needs a visible change")
     assert templated.decide(RUBRIC, TEXT).stats.head_source == "prefill"
     assert len(list(tmp_path.glob("*.safetensors"))) == 3
+    assert len(list(tmp_path.glob("*.prior.json"))) == 3  # nor a prior read under another template
 
 
 def test_a_changed_model_has_another_fingerprint(engine):
