@@ -20,12 +20,13 @@ from pathlib import Path
 
 from decisionflow.bench.presets import load_preset
 from decisionflow.compiler import Catalog
-from decisionflow.quality import corrections
-from decisionflow.quality.evaluate import read_rows
+from decisionflow.quality import corrections, metrics
+from decisionflow.quality.readings import read_rows
 from decisionflow.quality.labelled import load_labelled, offered_labels, select_rows
 from decisionflow.runtime.debias import CONTENT_FREE_INPUTS
 from decisionflow.runtime.engine import Engine, EngineOptions
 from decisionflow.spec.references import shipped_workflow
+from decisionflow.spec.rubric import Debias
 from decisionflow.spec.yaml_rubric import load_rubric
 
 SETS = {
@@ -47,11 +48,12 @@ def accuracy(engine: Engine, data: Path, name: str) -> dict:
     readings = read_rows(engine, rubric, [r.text for r in rows], field, debias="none")
     seconds = time.perf_counter() - began
     free = read_rows(engine, rubric, list(CONTENT_FREE_INPUTS), field, debias="none")
-    prior = corrections.mean_prior([dict(r.probabilities) for r in free])
+    prior = corrections.mean_prior([r.probabilities for r in free])
+    gold = [row.gold[field] for row in rows]
     figures = {}
-    for method, strength in (("none", 0.0), ("content_free_half", 0.5), ("content_free", 1.0)):
-        predicted = [max(d, key=d.get) for d in (corrections.divide(dict(r.probabilities), prior, strength) for r in readings)]
-        figures[method] = sum(p == row.gold[field] for p, row in zip(predicted, rows)) / len(rows)
+    for method in (Debias.NONE, Debias.CONTENT_FREE_HALF, Debias.CONTENT_FREE):
+        divided = [corrections.divide(r.probabilities, prior, method.strength) for r in readings]
+        figures[method.value] = metrics.accuracy(gold, [metrics.top_label(d) for d in divided])
     compiled, _ = engine.compile(rubric)
     return {"n": len(rows), "accuracy": figures, "head_tokens": len(compiled.head_tokens), "seconds": round(seconds, 1)}
 

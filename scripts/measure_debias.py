@@ -43,12 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from decisionflow.quality import corrections, metrics
-from decisionflow.quality.evaluate import read_rows
+from decisionflow.quality.readings import read_rows
 from decisionflow.quality.labelled import LabelledRow, load_labelled, select_rows
-from decisionflow.quality.significance import fast_macro_f1, paired_difference
+from decisionflow.quality.significance import paired_difference
 from decisionflow.quality.variants import choice_labels, cyclic_orders, minimal_rubric, reordered_rubric
 from decisionflow.runtime.debias import CONTENT_FREE_INPUTS
-from decisionflow.spec.rubric import Rubric
+from decisionflow.spec.rubric import Debias, Rubric
 from decisionflow.spec.yaml_rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +145,7 @@ def figures(gold: list[str], distributions: list[dict[str, float]], reference: l
     }
     if reference is not None:
         result["vs_raw_accuracy"] = paired_difference(gold, predicted, reference).to_dict()
-        result["vs_raw_macro_f1"] = paired_difference(gold, predicted, reference, score=fast_macro_f1).to_dict()
+        result["vs_raw_macro_f1"] = paired_difference(gold, predicted, reference, score=metrics.macro_f1).to_dict()
     return result
 
 
@@ -167,7 +167,7 @@ def corrected_runs(stored: dict[str, Any], folds: list[int], seed: int) -> dict[
         runs[f"content_free[{text}]"] = [corrections.divide(d, prior) for d in raw]
     three = corrections.mean_prior(list(free.values()))
     runs["content_free"] = [corrections.divide(d, three) for d in raw]
-    runs["content_free_half"] = [corrections.divide(d, three, 0.5) for d in raw]
+    runs["content_free_half"] = [corrections.divide(d, three, Debias.CONTENT_FREE_HALF.strength) for d in raw]
     priors = corrections.cross_fitted_priors(raw, folds)
     runs["domain"] = [corrections.divide(d, p) for d, p in zip(raw, priors)]
     return runs

@@ -20,7 +20,7 @@ from ..errors import DataError
 from ..runtime.calibration import Calibration, FieldCalibration
 from ..spec.rubric import Debias, Rubric
 from . import corrections, metrics
-from .evaluate import Progress, read_all_fields
+from .readings import Progress, read_all_fields
 from .labelled import offered_labels
 
 

@@ -9,7 +9,6 @@ method *wins* when the whole interval is above zero, *loses* when it is below, a
 from __future__ import annotations
 
 import random
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
@@ -37,20 +36,6 @@ class Difference:
 
     def to_dict(self) -> dict[str, float | str]:
         return {"difference": self.difference, "low": self.low, "high": self.high, "verdict": self.verdict}
-
-
-def fast_macro_f1(gold: Sequence[Hashable], predicted: Sequence[Hashable | None]) -> float:
-    """`metrics.macro_f1` with counters (the same convention), fast enough to resample many times."""
-    gold_count = Counter(gold)
-    predicted_count = Counter(predicted)
-    true_positive = Counter(g for g, p in zip(gold, predicted) if g == p)
-    if not gold_count:
-        return float("nan")
-    scores = []
-    for label, count in gold_count.items():
-        hits = true_positive[label]
-        scores.append(0.0 if not hits else 2 * hits / (count + predicted_count[label]))
-    return sum(scores) / len(scores)
 
 
 def paired_difference(

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from ..runtime.calibration import Calibration, FieldCalibration, temperature_scale
 from ..spec.rubric import Debias, Rubric
 from . import metrics
-from .evaluate import Progress, Reading, applied_correction, read_all_fields
+from .readings import Progress, Reading, applied_correction, read_all_fields
 from .labelled import LabelledRow, offered_labels
 
 
