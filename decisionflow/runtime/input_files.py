@@ -108,14 +108,7 @@ def _jsonl_cells(path: Path, text_column: str | None, id_column: str | None) -> 
             raise DataError(f"{where}: not a JSON object: {exc.msg}") from None
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected a JSON object with a `{text_column or 'text'}` key")
-        if text_column is not None:
-            if text_column not in row:
-                raise DataError(f"{where}: no `{text_column}` key (the --text-column); keys: {', '.join(row) or 'none'}")
-            key = text_column
-        else:
-            key = next((k for k in TEXT_KEYS if k in row), None)
-            if key is None:
-                raise DataError(f"{where}: no `text` key (also accepted: {', '.join(TEXT_KEYS[1:])})")
+        key = _text_name(list(row), text_column, where, "key")
         if id_column is not None and id_key not in row:
             raise DataError(f"{where}: no `{id_key}` key (the --id-column)")
         yield _Cell(number, where, f"line {number}", row.get(id_key), id_key in row, row[key])
@@ -128,24 +121,28 @@ def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
         yield from enumerate(handle, start=1)
 
 
+def _text_name(names: list[str], text_column: str | None, where: str, noun: str) -> str:
+    """The key or column holding the input: the one named, else the first of `TEXT_KEYS` present."""
+    if text_column is not None:
+        if text_column not in names:
+            raise DataError(f"{where}: no {noun} {text_column!r} (the --text-column); {noun}s: {', '.join(names) or 'none'}")
+        return text_column
+    found = next((k for k in TEXT_KEYS if k in names), None)
+    if found is None:
+        raise DataError(
+            f"{where}: no `text` {noun} (also accepted: {', '.join(TEXT_KEYS[1:])}; or name one with --text-column); "
+            f"{noun}s: {', '.join(names) or 'none'}"
+        )
+    return found
+
+
 # -- CSV and Parquet: columns --------------------------------------------------------------------
 
 
 def _columns(path: Path, names: list[str], text_column: str | None, id_column: str | None) -> tuple[str, str | None]:
     """The text column and the id column (None: ids are row numbers), checked against the header."""
     available = ", ".join(names) or "none"
-    if text_column is not None:
-        if text_column not in names:
-            raise DataError(f"{path}: no column {text_column!r} (the --text-column); columns: {available}")
-        text = text_column
-    else:
-        found = next((k for k in TEXT_KEYS if k in names), None)
-        if found is None:
-            raise DataError(
-                f"{path}: no `text` column (also accepted: {', '.join(TEXT_KEYS[1:])}; or name one with --text-column); "
-                f"columns: {available}"
-            )
-        text = found
+    text = _text_name(names, text_column, str(path), "column")
     if id_column is not None and id_column not in names:
         raise DataError(f"{path}: no column {id_column!r} (the --id-column); columns: {available}")
     identifier = id_column or (ID_KEY if ID_KEY in names else None)

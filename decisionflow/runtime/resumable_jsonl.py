@@ -121,7 +121,7 @@ class ResumableOutput:
     """A JSONL output that a rerun resumes: repaired on open, appended to in whole lines, flushed per chunk.
 
         with ResumableOutput(path) as output:
-            todo = [row for row in rows if row.id not in output.done]
+            todo = output.pending(rows, progress)
             output.write_chunk(records)
     """
 
@@ -138,6 +138,13 @@ class ResumableOutput:
         self.done, self.repaired = recover_output(self.path)
         self._descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return self
+
+    def pending(self, rows: list[Any], progress: Callable[[int, int], None] | None = None) -> list[Any]:
+        """The rows (anything with an `id`) an earlier run has not decided; `progress` hears how many it did."""
+        todo = [row for row in rows if row.id not in self.done]
+        if progress:
+            progress(len(rows) - len(todo), len(rows))
+        return todo
 
     def write_chunk(self, records: Iterable[dict[str, Any]]) -> None:
         """Append each record as one line (one write each), then flush the file to disk."""
@@ -168,10 +175,8 @@ def decide_file(
     rows = read_rows(source, text_column=text_column, id_column=id_column)
     decided = failed = 0
     with ResumableOutput(output) as out:
-        todo = [row for row in rows if row.id not in out.done]
+        todo = out.pending(rows, progress)
         skipped = len(rows) - len(todo)
-        if progress:
-            progress(skipped, len(rows))
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
             outcomes = engine.decide_each(target, [row.payload for row in chunk], calibration=calibration)

@@ -38,10 +38,8 @@ def decide_file_on_ray(
     ray = import_ray()
     decided = failed = 0
     with ResumableOutput(output) as out:
-        todo = [row for row in rows if row.id not in out.done]
+        todo = out.pending(rows, progress)
         skipped = len(rows) - len(todo)
-        if progress:
-            progress(skipped, len(rows))
         if todo:
             started = connect(options)
             try:
