@@ -24,6 +24,15 @@ def engine():
 
 
 @pytest.fixture(scope="session")
+def transformers_engine(engine):
+    """The bundled model built by transformers (what token-by-token generation needs, and the
+    independent reference the engine's own decoder is checked against)."""
+    from decisionflow.runtime.engine import Engine
+
+    return Engine.load(loader="transformers")
+
+
+@pytest.fixture(scope="session")
 def tokenizer(engine):
     return engine.tokenizer
 

@@ -6,6 +6,9 @@ need no model (`validate`, `plan`) never import torch.
 
 from __future__ import annotations
 
+import atexit
+import os
+import sys
 from typing import Annotated
 
 import typer
@@ -41,4 +44,31 @@ app.command("calibrate")(quality.calibrate_command)
 app.command("bench")(bench.bench_command)
 app.command("serve")(serve.serve_command)
 
-__all__ = ["app"]
+
+
+def entry() -> None:
+    """The `decisionflow` script: run the command, then leave without tearing the interpreter down.
+
+    Finalising the modules of torch and transformers one by one takes about half a second after the
+    answer is printed, which a one-text `run` would otherwise pay on every call. Everything a command
+    writes is closed by the command itself; exit handlers still run and the streams are flushed.
+    """
+    try:
+        app(prog_name="decisionflow")
+        code: int = 0
+    except SystemExit as done:
+        if done.code is None or isinstance(done.code, int):
+            code = done.code or 0
+        else:
+            print(done.code, file=sys.stderr)
+            code = 1
+    atexit._run_exitfuncs()  # the handlers a normal exit runs (log flushes, temporary folders)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+__all__ = ["app", "entry"]

@@ -1,5 +1,5 @@
 """`python -m decisionflow.cli`: the same command line as the `decisionflow` script."""
 
-from . import app
+from . import entry
 
-app(prog_name="decisionflow")
+entry()

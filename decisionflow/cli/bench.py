@@ -63,7 +63,8 @@ def bench_command(
     from ..runtime.engine import Engine
 
     with err.status("loading the model"):
-        engine = Engine.load(model, device=device, dtype=dtype, threads=threads)
+        # The generation baselines call the transformers model's `generate`.
+        engine = Engine.load(model, device=device, dtype=dtype, threads=threads, loader="transformers")
     log = lambda message: say(err, message)  # noqa: E731
     settings = conditions(engine, threads=torch.get_num_threads(), dtype=str(engine.backend.dtype).removeprefix("torch."),
                           repeats=repeats, slow_repeats=slow_repeats)

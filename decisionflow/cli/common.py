@@ -122,9 +122,10 @@ def calibration_beside(rubric_ref: str) -> Any:
 
 def load_engine(
     err: Console, *, model: str | None, exact: bool = False, pin: bool | None = None, threads: int | None = None,
-    device: str = "auto", dtype: str = "auto",
+    device: str = "auto", dtype: str = "auto", loader: str = "auto",
 ) -> Any:
-    """Load the engine with a status line saying what is happening (converting, reading the cache)."""
+    """Load the engine with a status line saying what is happening (converting, reading the cache).
+    `loader="transformers"` where the command generates text with the model (see `Engine.load`)."""
     from transformers.utils import logging as transformers_logging
 
     from ..runtime.engine import Engine
@@ -133,5 +134,5 @@ def load_engine(
     with err.status("loading the model") as status:
         return Engine.load(
             model, device=device, dtype=dtype, threads=threads, mode="exact" if exact else "branch", pin_first=pin,
-            status=lambda message: status.update(message),
+            status=lambda message: status.update(message), loader=loader,
         )

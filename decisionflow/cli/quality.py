@@ -115,7 +115,7 @@ def eval_command(
     if base is not None:
         guarded(ctx, err, lambda: base.check(rubric))
     calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
-    engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype))
+    engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, generates=baseline))
     with _progress_bars(err) as progress_for:
         run = guarded(ctx, err, lambda: evaluate(
             engine, target, rubric, chosen, fields[0], calibration=calibration, debias=method,
@@ -302,8 +302,10 @@ def _calibration(rubric_ref: str, path: Path | None):
     return Calibration.load(path)
 
 
-def _engine(err: Console, model: str | None, threads: int | None, device: str, dtype: str):
-    return load_engine(err, model=model, threads=threads, device=device, dtype=dtype)
+def _engine(err: Console, model: str | None, threads: int | None, device: str, dtype: str, *, generates: bool = False):
+    """The engine; built on the transformers model when the command also generates (`--baseline`)."""
+    return load_engine(err, model=model, threads=threads, device=device, dtype=dtype,
+                       loader="transformers" if generates else "auto")
 
 
 @contextlib.contextmanager

@@ -48,7 +48,9 @@ def token_texts(tokenizer: Any) -> list[str]:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or type(backend.decoder).__name__ != "ByteLevel":
         return tokenizer.batch_decode([[i] for i in range(size)], clean_up_tokenization_spaces=False)
-    to_byte = {character: byte for byte, character in _bytes_to_unicode().items()}
+    # Each printable stand-in character becomes the latin-1 character of its byte (C-speed `translate`);
+    # characters outside the byte map are dropped.
+    to_latin1 = {ord(character): chr(byte) for byte, character in _bytes_to_unicode().items()}
     added = {index: token.content for index, token in getattr(tokenizer, "added_tokens_decoder", {}).items()}
     texts = []
     for index, piece in enumerate(tokenizer.convert_ids_to_tokens(list(range(size)))):
@@ -57,7 +59,8 @@ def token_texts(tokenizer: Any) -> list[str]:
         elif piece is None:
             texts.append("")
         else:
-            texts.append(bytes(to_byte[c] for c in piece if c in to_byte).decode("utf-8", errors="replace"))
+            raw = piece.translate(to_latin1).encode("latin-1", errors="ignore")
+            texts.append(raw.decode("utf-8", errors="replace"))
     return texts
 
 

@@ -116,6 +116,7 @@ class Engine:
         persist_heads: bool = True,
         kernels: str = "auto",
         debias: Debias | str | None = None,
+        loader: str = "auto",
     ) -> Engine:
         """Load `model` (default: the bundled SmolLM2-135M-Instruct): a folder, a .gguf file or a hub id.
 
@@ -129,12 +130,16 @@ class Engine:
 
         `debias`: the readout correction for fields whose rubric does not choose one (default
         `EngineOptions.debias`, see `runtime.debias`).
+
+        `loader`: `auto` reads a checkpoint the engine's own decoder covers without building the
+        transformers model (a faster start; same weights, same arithmetic); `transformers` always
+        builds the transformers model, which token-by-token generation (`runtime.generation`) needs.
         """
         if threads:
             import torch
 
             torch.set_num_threads(threads)
-        loaded = load_model(model, dtype=dtype, device=device, status=status or (lambda _: None))
+        loaded = load_model(model, dtype=dtype, device=device, status=status or (lambda _: None), loader=loader)
         store = cache_root() / "heads" if persist_heads else None
         options = EngineOptions(mode=ReadMode(mode), pin_first=pin_first, head_store=store, kernels=kernels)
         if debias is not None:

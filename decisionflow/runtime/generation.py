@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..compiler.prompt import answer_ids
+from ..errors import Unavailable
 from ..spec.rubric import AnswerFormat, FieldKind, FieldSpec, Rubric, Value
 
 
@@ -181,6 +182,11 @@ def generate_until_closed(
     from transformers import LogitsProcessorList, StoppingCriteriaList
 
     model, tokenizer = engine.loaded.model, engine.tokenizer
+    if not hasattr(model, "generate"):
+        raise Unavailable(
+            "generating text token by token needs the transformers model; load the engine with "
+            "Engine.load(..., loader='transformers')"
+        )
     stop = _object_closed_criterion(tokenizer, opener)
     ids = torch.tensor([prompt_ids], device=engine.backend.device)
     began = time.perf_counter()

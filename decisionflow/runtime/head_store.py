@@ -47,6 +47,28 @@ def _library_version() -> str:
         return "unknown"
 
 
+ARCHITECTURE_KEYS = (
+    "model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps", "hidden_act", "tie_word_embeddings",
+    "attention_bias", "mlp_bias",
+)
+
+
+def architecture(config: Any) -> dict[str, Any]:
+    """What of a model's configuration changes its keys and values, read alike from a transformers
+    config and from the engine's own decoder's (so both loaders of one checkpoint share its heads)."""
+    from .decoder import rope_settings
+
+    if config is None or not hasattr(config, "to_dict"):
+        return {"config": repr(config)}
+    values = config.to_dict()
+    found = {key: values.get(key) for key in ARCHITECTURE_KEYS}
+    found["head_dim"] = found["head_dim"] or values["hidden_size"] // values["num_attention_heads"]
+    found["num_key_value_heads"] = found["num_key_value_heads"] or values["num_attention_heads"]
+    found["rope"] = rope_settings(values)
+    return found
+
+
 def model_fingerprint(model: Any) -> str:
     """A cheap content fingerprint of a model: its configuration and a sample of its weights.
 
@@ -54,9 +76,7 @@ def model_fingerprint(model: Any) -> str:
     weight tells checkpoints apart just as surely for this purpose, in milliseconds.
     """
     digest = hashlib.sha256()
-    config = getattr(model, "config", None)
-    to_json = getattr(config, "to_json_string", None)
-    digest.update((to_json(use_diff=False) if to_json else repr(config)).encode())
+    digest.update(json.dumps(architecture(getattr(model, "config", None)), sort_keys=True, default=str).encode())
     for name, tensor in model.named_parameters():
         if tensor.ndim == 1 or name.endswith("embed_tokens.weight"):
             flat = tensor.detach().reshape(-1)

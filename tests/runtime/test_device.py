@@ -8,7 +8,7 @@ from torch.overrides import TorchFunctionMode
 
 from decisionflow.errors import ModelError, Unavailable
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.loading import LoadedModel, resolve_device, resolve_dtype
+from decisionflow.runtime.loading import resolve_device, resolve_dtype
 from decisionflow.spec.rubric import Rubric
 
 RUBRIC = Rubric.model_validate({
@@ -63,10 +63,8 @@ def test_a_request_moves_values_to_the_host_once_per_pass(engine: Engine):
 
 
 @pytest.mark.model
-def test_a_bfloat16_engine_keeps_everything_in_bfloat16(engine: Engine):
-    model = engine.loaded.model
-    half = Engine(LoadedModel(type(model)(model.config).to(torch.bfloat16).eval(), engine.tokenizer, "bf16 copy"))
-    half.loaded.model.load_state_dict({k: v.to(torch.bfloat16) for k, v in model.state_dict().items()})
+def test_a_bfloat16_engine_keeps_everything_in_bfloat16():
+    half = Engine.load(dtype="bfloat16", persist_heads=False)
     result = half.decide(RUBRIC, TEXT)
     assert result.stats.dtype == "bfloat16"
     prepared = next(iter(half._prepared.values()))

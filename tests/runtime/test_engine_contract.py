@@ -152,9 +152,10 @@ def test_first_use_from_two_threads_prefills_the_head_once(engine: Engine):
         assert results[slot].value == engine.decide(RUBRIC, TEXTS[slot]).value
 
 
-def test_an_engine_leaves_the_model_and_transformers_as_they_were(engine: Engine):
+def test_an_engine_leaves_the_model_and_transformers_as_they_were(transformers_engine: Engine):
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+    engine = transformers_engine  # a transformers model handed to an engine, as a user may
     model = engine.loaded.model
     keys_before = set(ALL_ATTENTION_FUNCTIONS.keys())
     implementation = model.config._attn_implementation

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from decisionflow.errors import Unavailable
 from decisionflow.runtime.generation import _BraceTracker, json_generate, parse_answer
 from decisionflow.spec.rubric import Rubric
 
@@ -77,7 +78,8 @@ def test_brace_tracker_ignores_braces_inside_strings():
 
 
 @pytest.mark.model
-def test_json_generate_cap_makes_the_output_invalid(engine):
+def test_json_generate_cap_makes_the_output_invalid(transformers_engine):
+    engine = transformers_engine
     rubric = Rubric.model_validate({
         "name": "two_fields",
         "fields": {
@@ -93,3 +95,10 @@ def test_json_generate_cap_makes_the_output_invalid(engine):
     assert "cap" in result.reason
     assert result.text.startswith("{")
     assert result.prompt_tokens > 0 and result.latency_ms > 0
+
+
+@pytest.mark.model
+def test_generation_on_the_engines_own_decoder_says_which_loader_it_needs(engine):
+    rubric = Rubric.model_validate({"name": "t", "fields": {"refund": {"kind": "boolean", "question": "Refund?"}}})
+    with pytest.raises(Unavailable, match="loader='transformers'"):
+        json_generate(engine, rubric, "I was charged twice.", max_new_tokens=3)

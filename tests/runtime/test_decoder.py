@@ -1,0 +1,139 @@
+"""The engine's own decoder (`runtime.decoder`): the same model as transformers builds, without it.
+
+The bundled model is compared with transformers' Llama on real text; tiny random Qwen2 and Qwen3
+checkpoints (biases, q/k norms, untied heads) are saved and read back both ways. Checkpoints the own
+decoder does not reproduce exactly are handed to transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from decisionflow.errors import ModelError
+from decisionflow.runtime.decoder import (
+    DecoderModel,
+    DecoderUnsupported,
+    decoder_refusal,
+    load_decoder,
+    read_config,
+)
+from decisionflow.runtime.head_store import model_fingerprint
+from decisionflow.runtime.loading import load_model
+
+TEXTS = ["I was charged twice for one order. Please refund the duplicate charge.",
+         "Le colis n'est jamais arrivé, 3 semaines d'attente !"]
+
+
+def _logits(model, tokenizer, text: str) -> torch.Tensor:
+    ids = torch.tensor([tokenizer(text)["input_ids"]])
+    with torch.inference_mode():
+        return model(input_ids=ids).logits
+
+
+@pytest.mark.model
+def test_the_bundled_model_loads_as_the_own_decoder_with_transformers_arithmetic(engine, transformers_engine):
+    own, reference = engine.loaded.model, transformers_engine.loaded.model
+    assert isinstance(own, DecoderModel)
+    assert not isinstance(reference, DecoderModel)
+    for text in TEXTS:
+        assert torch.equal(_logits(own, engine.tokenizer, text), _logits(reference, engine.tokenizer, text))
+    # Both loaders of one checkpoint share its stored heads.
+    assert model_fingerprint(own) == model_fingerprint(reference)
+
+
+@pytest.mark.model
+def test_decisions_are_the_same_through_either_loader(engine, transformers_engine):
+    from decisionflow.spec import load_rubric
+
+    rubric = load_rubric(Path(__file__).resolve().parents[2] / "workflows" / "sentiment.yaml")
+    own = engine.decide_many(rubric, TEXTS)
+    reference = transformers_engine.decide_many(rubric, TEXTS)
+    for a, b in zip(own, reference):
+        assert a.value == b.value
+        for name in a.fields:
+            assert a.fields[name].probabilities == pytest.approx(b.fields[name].probabilities, abs=1e-6)
+
+
+@pytest.mark.model
+def test_loading_the_own_decoder_imports_no_modelling_stack():
+    probe = ("import sys; from decisionflow.runtime.loading import load_model; m = load_model(); "
+             "print(type(m.model).__name__, any(n.startswith('transformers.models.llama.modeling') for n in sys.modules), "
+             "'torch._dynamo' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["DecoderModel", "False", "False"]
+
+
+def _tiny_checkpoint(kind: str, folder: Path, tokenizer) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False)
+    config = Qwen2Config(**common) if kind == "qwen2" else Qwen3Config(head_dim=16, attention_bias=True, **common)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "qwen3"])
+def test_qwen_checkpoints_read_by_the_own_decoder_match_transformers(kind, tmp_path, qwen_tokenizer):
+    reference = _tiny_checkpoint(kind, tmp_path, qwen_tokenizer)
+    own = load_decoder(tmp_path, torch.float32)
+    assert hasattr(own.model.layers[0].self_attn, "q_norm") == (kind == "qwen3")
+    for text in TEXTS:
+        assert torch.allclose(_logits(own, qwen_tokenizer, text), _logits(reference, qwen_tokenizer, text), atol=1e-5)
+
+
+def test_a_checkpoint_the_own_decoder_does_not_cover_goes_to_transformers(tmp_path, qwen_tokenizer):
+    reference = _tiny_checkpoint("qwen2", tmp_path, qwen_tokenizer)
+    config = read_config(tmp_path)
+    config["rope_parameters"] = {"rope_type": "linear", "factor": 1.0, "rope_theta": 10000.0}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert decoder_refusal(config) == "rope type 'linear'"
+    with pytest.raises(DecoderUnsupported, match="rope type"):
+        load_decoder(tmp_path, torch.float32)
+    loaded = load_model(tmp_path)
+    assert not isinstance(loaded.model, DecoderModel)
+    assert torch.allclose(_logits(loaded.model, qwen_tokenizer, TEXTS[0]), _logits(reference, qwen_tokenizer, TEXTS[0]), atol=1e-5)
+
+
+def test_weights_that_do_not_fit_the_configuration_are_refused_by_name(tmp_path, qwen_tokenizer):
+    _tiny_checkpoint("qwen2", tmp_path, qwen_tokenizer)
+    config = read_config(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+    with pytest.raises(DecoderUnsupported, match="unexpected.*model.layers.1"):
+        load_decoder(tmp_path, torch.float32)
+    (tmp_path / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
+    with pytest.raises(DecoderUnsupported, match="mlp.*shape"):
+        load_decoder(tmp_path, torch.float32)
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"model_type": "gpt2"}, "model type 'gpt2'"),
+    ({"hidden_act": "gelu"}, "activation 'gelu'"),
+    ({"layer_types": ["sliding_attention", "full_attention"]}, "sliding-window attention"),
+    ({"use_sliding_window": True}, "sliding-window attention"),
+    ({"rope_parameters": None, "rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope type 'dynamic'"),
+])
+def test_configurations_outside_the_own_decoder_are_named(change, reason):
+    base = {"model_type": "llama", "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "rms_norm_eps": 1e-5}
+    assert decoder_refusal(base) is None
+    assert decoder_refusal({**base, **change}) == reason
+
+
+@pytest.mark.model
+def test_the_own_decoder_loads_in_bfloat16_and_the_loader_choice_is_checked():
+    loaded = load_model(dtype="bfloat16")
+    assert isinstance(loaded.model, DecoderModel)
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.bfloat16}
+    assert loaded.model.model.rotary_emb.inv_freq.dtype == torch.float32
+    with pytest.raises(ModelError, match="unknown loader 'fast'"):
+        load_model(loader="fast")
