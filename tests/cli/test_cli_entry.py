@@ -1,0 +1,30 @@
+"""The `decisionflow` script's own exit: codes, messages and output survive leaving without teardown."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "decisionflow.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, check=False)
+
+
+def test_success_prints_everything_and_exits_zero():
+    done = _cli("plan", "workflows/support_triage.yaml", "--json")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("}")  # the whole JSON object was flushed before leaving
+    assert '"rounds"' in done.stdout
+
+
+def test_failures_keep_their_exit_codes_and_messages(tmp_path):
+    missing = _cli("validate", str(tmp_path / "missing.yaml"))
+    assert missing.returncode == 1
+    assert "missing.yaml" in missing.stderr
+    usage = _cli("run", "workflows/sentiment.yaml")  # neither --text nor --input
+    assert usage.returncode == 2
+    assert "run:" in usage.stderr
