@@ -3,8 +3,10 @@
 The engine's readings are collected once per row (top label, its distribution, candidate mass and
 whether the field abstained), then scored by `metrics`. The main figures are the readout `decisionflow
 run` gives (its readout correction, then the calibration file); when that readout corrects the
-model's distributions, the raw readout (no correction, no calibration) is read and scored beside it,
-and `comparisons` adds option-order flips for both and the wording ablation. Conventions:
+model's distributions, the raw readout (no correction, no calibration) is scored beside it — taken
+from the same passes when the field is decided before any answer is written into the prompt, read
+again otherwise — and `comparisons` adds option-order flips for both and the wording ablation.
+Conventions:
 
 - `accuracy`, `macro_f1` and `ece` use the rows whose gold label is one of the field's options
   ("in scope") and the field's top label, whether or not it abstained; abstention is scored apart.
@@ -32,7 +34,7 @@ from ..spec.rubric import Debias, Rubric
 from . import metrics
 from .comparisons import ReadSetting, ablation_correction, compare_orders, compare_wordings
 from .labelled import LabelledRow, label_of, offered_labels
-from .readings import CHUNK_ROWS, Progress, Reading, applied_correction, read_all_fields, read_rows
+from .readings import CHUNK_ROWS, Progress, Reading, applied_correction, read_all_fields, read_rows, read_rows_and_raw
 
 __all__ = [
     "CHUNK_ROWS", "EvalRun", "Progress", "Reading", "evaluate", "read_all_fields", "read_rows", "score_abstention",
@@ -157,14 +159,17 @@ def evaluate(
     gold = [row.gold[field_name] for row in rows]
     options = offered_labels(rubric.field(field_name))
     began = time.perf_counter()
-    readings = read_rows(engine, target, texts, field_name, calibration=calibration, debias=debias,
-                         progress=progress_for("deciding"))
+    readings, raw = read_rows_and_raw(engine, target, texts, field_name, calibration=calibration, debias=debias,
+                                      progress=progress_for("deciding"))
     summary = score_readings(gold, readings, options)
     summary["debias"] = applied = applied_correction(readings)
     summary["seconds"] = round(time.perf_counter() - began, 1)
-    raw = None
-    if applied != Debias.NONE.value:
+    if applied == Debias.NONE.value:
+        raw = None  # no correction applied: nothing to show beside the readout
+    elif raw is None:
+        # The field reads earlier answers, which the raw readout could choose differently: read it apart.
         raw = read_rows(engine, target, texts, field_name, debias=Debias.NONE.value, progress=progress_for("deciding, raw"))
+    if raw is not None:
         summary["raw"] = {k: v for k, v in score_readings(gold, raw, options).items() if k != "reliability"}
     settings = calibration.fields.get(field_name) if calibration else None
     if summary.get("n_out_of_scope") or (settings and (settings.min_candidate_mass is not None or settings.min_probability is not None)):

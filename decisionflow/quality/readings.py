@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import DecisionflowError
 from ..runtime.calibration import Calibration
@@ -59,32 +59,68 @@ def read_all_fields(
 
     `debias` overrides the readout correction for the call (None: the engine resolves it per field)."""
     names = list(rubric_of(target).fields)
-    readings: list[dict[str, Reading]] = []
+    return [_readings(outcome) if not isinstance(outcome, DecisionflowError) else _failed(names, outcome)
+            for outcome in _decide(engine, target, texts, calibration, debias, progress)]
+
+
+def read_rows_and_raw(
+    engine: Any, target: Any, texts: Sequence[str], field_name: str, *,
+    calibration: Calibration | None = None, debias: str | None = None, progress: Progress | None = None,
+) -> tuple[list[Reading], list[Reading] | None]:
+    """`read_rows`, and from the same passes the field's raw readings (no correction, no calibration)
+    where a raw run would read exactly the same: when the field is decided in the first round, before
+    any answer is written into the prompt. Otherwise None: a raw run could write different earlier
+    answers, so it must be read on its own."""
+    names = list(rubric_of(target).fields)
+    readings: list[Reading] = []
+    raw: list[Reading] | None = []
+    for outcome in _decide(engine, target, texts, calibration, debias, progress):
+        if isinstance(outcome, DecisionflowError):
+            failed = _failed(names, outcome)[field_name]
+            readings.append(failed)
+            if raw is not None:
+                raw.append(failed)
+            continue
+        readings.append(_readings(outcome)[field_name])
+        result = outcome.fields[field_name]
+        if raw is not None and result.round == 0 and result.raw_probabilities is not None:
+            raw.append(_readings(outcome, raw=True)[field_name])
+        else:
+            raw = None
+    return readings, raw
+
+
+def _decide(
+    engine: Any, target: Any, texts: Sequence[str], calibration: Calibration | None, debias: str | None,
+    progress: Progress | None,
+) -> Iterator[Any]:
+    """Each text's Decision or error, in chunks of CHUNK_ROWS under one progress count."""
     for start in range(0, len(texts), CHUNK_ROWS):
         chunk = list(texts[start:start + CHUNK_ROWS])
-        done = len(readings)
-        report = (lambda finished, _total: progress(done + finished, len(texts))) if progress else None
-        for outcome in engine.decide_each(target, chunk, calibration=calibration, debias=debias, progress=report):
-            if isinstance(outcome, DecisionflowError):
-                outcome.input_index = None
-                readings.append({name: Reading(predicted=None, error=str(outcome)) for name in names})
-            else:
-                readings.append(_readings(outcome))
+        report = (lambda finished, _total, done=start: progress(done + finished, len(texts))) if progress else None
+        yield from engine.decide_each(target, chunk, calibration=calibration, debias=debias, progress=report)
         if progress:
-            progress(len(readings), len(texts))
-    return readings
+            progress(min(start + CHUNK_ROWS, len(texts)), len(texts))
 
 
-def _readings(decision: Any) -> dict[str, Reading]:
-    answers = {name: metrics.top_label(f.probabilities) for name, f in decision.fields.items()}
+def _failed(names: Sequence[str], error: DecisionflowError) -> dict[str, Reading]:
+    error.input_index = None
+    return {name: Reading(predicted=None, error=str(error)) for name in names}
+
+
+def _readings(decision: Any, *, raw: bool = False) -> dict[str, Reading]:
+    """Each field's reading; with `raw`, the distributions before correction and calibration."""
+    distributions = {name: (f.raw_probabilities if raw and f.raw_probabilities is not None else f.probabilities)
+                     for name, f in decision.fields.items()}
+    answers = {name: metrics.top_label(p) for name, p in distributions.items()}
     return {
         name: Reading(
             predicted=answers[name],
-            probabilities=dict(result.probabilities),
+            probabilities=dict(distributions[name]),
             candidate_mass=result.candidate_mass,
-            abstained=result.abstained,
+            abstained=result.abstained and not raw,
             answers=answers,
-            debias=result.debias,
+            debias="none" if raw else result.debias,
         )
         for name, result in decision.fields.items()
     }

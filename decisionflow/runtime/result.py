@@ -42,6 +42,9 @@ class FieldResult:
     derived_from: str | None = None
     """A derived field: `independent` (its inputs' distributions multiplied) or `joint` (a marginalised
     field and its parent taken together)."""
+    raw_probabilities: dict[str, float] | None = None
+    """The model's own distribution over the offered answers, before the debiasing and the calibration
+    (None for marginalised and derived fields). Not part of `to_dict`."""
 
     @property
     def probability(self) -> float | None:

@@ -148,3 +148,36 @@ def test_calibrate_needs_some_data_and_thresholds_need_labels(tmp_path: Path):
     assert result.exit_code == 2 and "fitted with --data" in result.output
     result = runner.invoke(app, ["eval", str(BANKING), "--data", str(BANKING_ROWS), "--debias", "sideways"])
     assert result.exit_code == 1 and "--debias must be one of none, content_free, content_free_half, domain" in result.output
+
+
+@pytest.mark.model
+def test_eval_takes_the_raw_readout_from_the_same_passes_when_the_field_reads_no_answer(engine, monkeypatch):
+    from decisionflow.quality.evaluate import evaluate, read_rows
+    from decisionflow.quality.labelled import LabelledRow
+
+    rubric = load_rubric(SENTIMENT)
+    rows = [LabelledRow(index=i, text=text, gold={"sentiment": label}) for i, (text, label) in enumerate(REVIEWS[:6])]
+    separate = read_rows(engine, rubric, [r.text for r in rows], "sentiment", debias="none")
+    calls: list[int] = []
+    original = engine.decide_each
+    monkeypatch.setattr(engine, "decide_each", lambda *a, **k: calls.append(1) or original(*a, **k))
+    run = evaluate(engine, rubric, rubric, rows, "sentiment")
+    assert run.summary["debias"] == "content_free_half"
+    assert len(calls) == 1  # one read of the rows, not a second raw one
+    raw = run.summary["raw"]
+    assert raw["accuracy"] == metrics.accuracy([r.gold["sentiment"] for r in rows], [s.predicted for s in separate])
+    for reading, decision in zip(separate, engine.decide_many(rubric, [r.text for r in rows])):
+        assert decision.fields["sentiment"].raw_probabilities == pytest.approx(reading.probabilities, abs=1e-9)
+        assert decision.fields["sentiment"].probabilities != pytest.approx(reading.probabilities, abs=1e-6)
+
+
+@pytest.mark.model
+def test_a_field_that_reads_an_earlier_answer_has_its_raw_readout_read_apart(engine):
+    from decisionflow.quality.readings import read_rows_and_raw
+
+    rubric = load_rubric(REPO / "workflows" / "issue_triage.yaml")  # `label` pinned, then `repo`
+    readings, raw = read_rows_and_raw(engine, rubric, ["The app crashes when I open settings."], "repo")
+    assert readings[0].predicted is not None
+    assert raw is None
+    first, raw_first = read_rows_and_raw(engine, rubric, ["The app crashes when I open settings."], "label")
+    assert raw_first is not None and raw_first[0].debias == "none" and first[0].debias != "none"
