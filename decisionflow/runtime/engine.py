@@ -85,6 +85,14 @@ class _Prepared:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     prior_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def claim_preparation_report(self) -> bool:
+        """True for exactly one caller: the request that reports the preparation's cost."""
+        with self.lock:
+            if self.preparation_reported:
+                return False
+            self.preparation_reported = True
+            return True
+
     @property
     def head_bytes(self) -> int:
         if self.head is None:
@@ -235,9 +243,7 @@ class Engine:
             self._ensure_head(prepared)
         # "Hit": this request did not pay for preparing the rubric (compile, head, prior), which the
         # caller's first request reports, whoever made the head first.
-        head_hit = internal or not admitted or prepared.preparation_reported
-        if not head_hit:
-            prepared.preparation_reported = True
+        head_hit = internal or not admitted or not prepared.claim_preparation_report()
         done = len(payloads) - len(admitted)
         for batch in self._batches(prepared.compiled, [tokens[i] for i in admitted]):  # type: ignore[misc]
             indexes = [admitted[b] for b in batch]

@@ -148,6 +148,8 @@ def test_first_use_from_two_threads_prefills_the_head_once(engine: Engine):
         thread.join()
     assert len(calls) == 1
     assert len(fresh._prepared) == 1
+    # Exactly one of the two first requests reports what preparing the rubric cost.
+    assert sorted(r.stats.head_cache_hit for r in results) == [False, True]
     for slot in range(2):
         assert results[slot].value == engine.decide(RUBRIC, TEXTS[slot]).value
 
