@@ -165,13 +165,42 @@ def load_model(
             status(f"loading {path}")
             loaded = _load_pretrained(str(path), torch_dtype, loader)
         elif os.fspath(model).count("/") == 1 and not path.exists():
-            status(f"loading {model} from the hub cache (downloads it if this machine is online)")
-            loaded = _load_pretrained(os.fspath(model), torch_dtype, "transformers")
+            snapshot = hub_snapshot(os.fspath(model)) if loader == "auto" else None
+            if snapshot is not None:
+                status(f"loading {model} from the hub cache ({snapshot})")
+                loaded = _load_pretrained(str(snapshot), torch_dtype, loader)
+            else:
+                status(f"loading {model} from the hub cache (downloads it if this machine is online)")
+                loaded = _load_pretrained(os.fspath(model), torch_dtype, "transformers")
         else:
             raise ModelError(f"model not found: {model!r} is neither a folder, a .gguf file nor a hub id (owner/name)")
     if target_device.type != "cpu":
         status(f"moving the model to {target_device}")
     return LoadedModel(loaded[0].to(target_device), loaded[1], name or "")
+
+
+def hub_snapshot(repo_id: str) -> Path | None:
+    """The local snapshot of a hub model when one is cached complete (configuration, tokenizer and
+    every safetensors shard), so it can be read like a folder; None otherwise (transformers then
+    resolves the id, downloading what is missing if the machine is online)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached, offline, or no huggingface_hub: transformers decides
+        return None
+    if not (folder / "config.json").is_file() or not (folder / "tokenizer.json").is_file():
+        return None
+    index = folder / "model.safetensors.index.json"
+    if (folder / "model.safetensors").is_file():
+        return folder
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, AttributeError):
+            return None
+        return folder if all((folder / shard).is_file() for shard in shards) else None
+    return None
 
 
 def load_tokenizer(model: str | os.PathLike | None = None, *, status: Status = _quiet) -> Any:

@@ -137,3 +137,37 @@ def test_the_own_decoder_loads_in_bfloat16_and_the_loader_choice_is_checked():
     assert loaded.model.model.rotary_emb.inv_freq.dtype == torch.float32
     with pytest.raises(ModelError, match="unknown loader 'fast'"):
         load_model(loader="fast")
+
+
+def _fake_hub_cache(root: Path, repo_id: str, source: Path, files: list[str]) -> Path:
+    """A hub cache holding `files` of `source` as one snapshot of `repo_id` (the layout huggingface_hub writes)."""
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    commit = "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for name in files:
+        (snapshot / name).symlink_to(source / name)
+    return snapshot
+
+
+@pytest.mark.model
+def test_a_hub_id_cached_complete_is_read_by_the_own_decoder(engine, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from decisionflow.runtime.loading import bundled_gguf, cache_root, hub_snapshot
+
+    converted = next((cache_root() / "models").glob(f"{bundled_gguf().stem}-*"))
+    files = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"]
+    _fake_hub_cache(tmp_path / "complete", "someone/smol", converted, files)
+    _fake_hub_cache(tmp_path / "partial", "someone/smol", converted, ["config.json", "tokenizer.json"])
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "partial"))
+    assert hub_snapshot("someone/smol") is None  # no weights: transformers would resolve (and download) it
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "complete"))
+    assert hub_snapshot("someone/smol") is not None
+    assert hub_snapshot("someone/missing") is None
+    loaded = load_model("someone/smol")
+    assert isinstance(loaded.model, DecoderModel)
+    assert torch.equal(_logits(loaded.model, loaded.tokenizer, TEXTS[0]), _logits(engine.loaded.model, engine.tokenizer, TEXTS[0]))
