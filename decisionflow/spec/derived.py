@@ -25,10 +25,18 @@ import hashlib
 import inspect
 from typing import Annotated, Any, Callable, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictInt, StrictStr, Tag, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictInt,
+    StrictStr,
+    Tag,
+    model_validator,
+)
 
-Value = str | bool | int
-StrictValue = StrictStr | StrictBool | StrictInt
+from .kinds import StrictValue, Value
 
 
 class _Rule(BaseModel):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from enum import Enum
 from functools import cached_property
 from typing import Any, Iterator
 
@@ -25,72 +24,19 @@ from pydantic import (
     model_validator,
 )
 
-from .derived import CodeRule, Derivation, RuleTable
-from .text import has_visible, one_line, refused_character, shown, without_invisible
+from .derived import Derivation
+from .kinds import AnswerFormat, Catalog, Debias, FieldKind, StrictValue, Value
+from .rubric_checks import check_derivation, find_cycle
+from .text import has_visible, listing, refused_character, shown, without_invisible
 
 MAX_SCORE_LEVELS = 101
 MAX_ANSWER_IDS = 26 + 26 * 26
 """Short ids the `ids` answer format has (A..Z, then AA..ZZ); a choice field may not have more options."""
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
-Value = str | bool | int
-# The coercion policy: a value is read only as the type it is written in. No `"true"` or `1` for a
-# boolean, no `"3"` or `3.0` for an integer, no number for a string.
-StrictValue = StrictStr | StrictBool | StrictInt
-
 DECLARATION = {"declaration": True}
 """Validation context for a rubric a person wrote (a YAML file, a decorated class), as opposed to one
 rebuilt from `model_dump()`: a score's option keys must then be integers, not digit strings."""
-
-
-class FieldKind(str, Enum):
-    CHOICE = "choice"
-    BOOLEAN = "boolean"
-    SCORE = "score"
-
-
-class AnswerFormat(str, Enum):
-    LABELS = "labels"
-    """The model answers with the literal label."""
-    IDS = "ids"
-    """The catalog shows `A) label: description`; the model answers with the short id."""
-
-
-class Debias(str, Enum):
-    """How a field's distribution is corrected for the model's prior before its answer is chosen."""
-
-    NONE = "none"
-    """The model's distribution as read."""
-    CONTENT_FREE = "content_free"
-    """Divided by the field's distribution for content-free inputs (contextual calibration)."""
-    CONTENT_FREE_HALF = "content_free_half"
-    """Divided by the square root of that content-free prior: half the correction, in log space."""
-    DOMAIN = "domain"
-    """Divided by the mean distribution over unlabelled in-domain inputs (fitted by `calibrate --unlabelled`)."""
-
-    @property
-    def strength(self) -> float:
-        """The power the prior is raised to before dividing by it (0: no correction)."""
-        if self is Debias.NONE:
-            return 0.0
-        return 0.5 if self is Debias.CONTENT_FREE_HALF else 1.0
-
-    @property
-    def uses_content_free_prior(self) -> bool:
-        return self in (Debias.CONTENT_FREE, Debias.CONTENT_FREE_HALF)
-
-
-class Catalog(str, Enum):
-    """How much of a choice field's options the prompt's catalog lists (booleans and scores always list theirs)."""
-
-    FULL = "full"
-    """Every label, and each option's description."""
-    LABELS = "labels"
-    """Every label, without descriptions."""
-    NONE = "none"
-    """The key and its question only: the allowed answers are enforced by the trie alone."""
-    AUTO = "auto"
-    """Chosen by the number of options (see `compiler.prompt.catalog_for`)."""
 
 
 class _Frozen(BaseModel):
@@ -478,7 +424,7 @@ class Rubric(_Frozen):
 
     @model_validator(mode="after")
     def _check_references(self) -> Rubric:
-        known = _listing(self.fields, str)
+        known = listing(self.fields, str)
         for key, spec in self.fields.items():
             if spec.name != key:
                 raise ValueError(f"fields.{key}: field {shown(key)} is named {shown(spec.name)}")
@@ -501,7 +447,7 @@ class Rubric(_Frozen):
                         hint = "" if same_text is None else f"; the answer is {_written(same_text)}, of another type"
                         raise ValueError(
                             f"fields.{key}.when: {shown(value)} is not an allowed answer of "
-                            f"{spec.when.field!r} (allowed: {_listing(allowed, repr)}){hint}"
+                            f"{spec.when.field!r} (allowed: {listing(allowed, repr)}){hint}"
                         )
             for dep, where in ([(spec.options_by.field, "options_by")] if spec.options_by else []) + [
                 (read, "derive") for read in (spec.derive.reads if spec.derive else ())
@@ -527,7 +473,7 @@ class Rubric(_Frozen):
                 if answer not in answers:
                     raise ValueError(
                         f"fields.{key}.options_by.{spec.options_by.field}: {shown(answer)} is not an answer of "
-                        f"{spec.options_by.field!r} (answers: {_listing(parent.labels, str)})"
+                        f"{spec.options_by.field!r} (answers: {listing(parent.labels, str)})"
                     )
         if spec.marginalize is not None:
             parent = self.fields[spec.parent]  # type: ignore[index]
@@ -557,106 +503,9 @@ class Rubric(_Frozen):
         return self.model_dump_json()
 
 
-def find_cycle(edges: dict[str, tuple[str, ...]]) -> list[str] | None:
-    """Return one dependency cycle as a closed path (a -> b -> a), or None.
-
-    A depth-first search with an explicit stack: a chain of thousands of fields declared last-first
-    is as deep as it is long, which Python's call stack would not survive.
-    """
-    on_path: dict[str, int] = {}  # node -> its index in `path` while it is being visited
-    finished: set[str] = set()
-    for start in edges:
-        if start in finished:
-            continue
-        path: list[str] = [start]
-        pending: list[Iterator[str]] = [iter(edges[start])]
-        on_path[start] = 0
-        while pending:
-            dep = next(pending[-1], None)
-            if dep is None:
-                node = path.pop()
-                pending.pop()
-                del on_path[node]
-                finished.add(node)
-            elif dep in on_path:
-                return path[on_path[dep]:] + [dep]
-            elif dep in edges and dep not in finished:
-                on_path[dep] = len(path)
-                path.append(dep)
-                pending.append(iter(edges[dep]))
-    return None
-
-
-MAX_DERIVED_COMBINATIONS = 100_000
-"""A derived field's rule is checked on every combination of the answers it reads, up to this many."""
-
-
-def check_derivation(key: str, spec: FieldSpec, fields: dict[str, FieldSpec]) -> None:
-    """Refuse a rule that tests answers its fields cannot give, or can give a value outside its type."""
-    rule = spec.derive
-    allowed = spec.values
-    if isinstance(rule, RuleTable):
-        for number, item in enumerate(rule.rules):
-            for test in item.if_.tests():
-                target = fields[test.field]
-                wanted = [test.is_] if test.is_ is not None else list(test.in_ or ())
-                for value in wanted:
-                    if not any(value == a and type(value) is type(a) for a in target.values):
-                        raise ValueError(f"fields.{key}.derive.rules.{number}: {shown(value)} is not an answer of "
-                                         f"{test.field!r} (allowed: {_listing(target.values, repr)})")
-                if (test.at_least is not None or test.at_most is not None) and target.kind is not FieldKind.SCORE:
-                    raise ValueError(f"fields.{key}.derive.rules.{number}: `at_least`/`at_most` compare scores; "
-                                     f"{test.field!r} is a {target.kind.value} field")
-        for value in rule.outputs:
-            if not any(value == a and type(value) is type(a) for a in allowed):
-                raise ValueError(f"fields.{key}.derive: the rule can give {shown(value)}, which is not an allowed "
-                                 f"answer of {key!r} (allowed: {_listing(allowed, repr)})")
-        return
-    assert isinstance(rule, CodeRule)
-    domains = [possible_answers(fields, read) for read in rule.reads]
-    combinations = 1
-    for domain in domains:
-        combinations *= len(domain)
-    if combinations > MAX_DERIVED_COMBINATIONS:
-        raise ValueError(f"fields.{key}.derive: the function reads {combinations} combinations of answers, more than "
-                         f"the {MAX_DERIVED_COMBINATIONS} that can be checked; split it into smaller derived fields")
-    for combination in _product(domains):
-        answers = dict(zip(rule.reads, combination))
-        try:
-            value = rule.evaluate(answers)
-        except Exception as error:  # noqa: BLE001 - a rule that raises is refused at declaration, not at decision time
-            raise ValueError(f"fields.{key}.derive: the function raised {type(error).__name__}: {error} for "
-                             f"{answers}") from None
-        if not any(value == a and type(value) is type(a) for a in allowed):
-            raise ValueError(f"fields.{key}.derive: the function returns {shown(value)} for {answers}, which is not "
-                             f"an allowed answer of {key!r} (allowed: {_listing(allowed, repr)})")
-
-
-def possible_answers(fields: dict[str, FieldSpec], name: str) -> list[Value | None]:
-    """What a rule may see for a field: its answers, and None when it may be left unanswered."""
-    spec = fields[name]
-    answers: list[Value | None] = list(spec.values)
-    if spec.when is not None or spec.options_by is not None:
-        answers.append(None)
-    return answers
-
-
-def _product(domains: list[list[Any]]) -> Iterator[tuple[Any, ...]]:
-    import itertools
-
-    return itertools.product(*domains)
-
-
 def _written(value: Value) -> str:
     """An answer as YAML writes it: `true`, `3`, `'billing'`."""
     return label_of(value) if isinstance(value, (bool, int)) else repr(value)
-
-
-def _listing(items: Any, show: Any, limit: int = 20) -> str:
-    """The first `limit` items, shown one way, and how many there are in all when that is more."""
-    items = list(items)
-    text = ", ".join(one_line(show(item)) for item in items[:limit])
-    return text if len(items) <= limit else f"{text}, ... ({len(items)} in all)"
 
 
 def _score_options(options: dict[Any, Any], *, integer_keys_only: bool) -> dict[Any, Any]:

@@ -7,6 +7,7 @@ what "invisible", "a line break" and "one line" mean. Pure `unicodedata`; no thi
 from __future__ import annotations
 
 import unicodedata
+from typing import Any
 
 # Characters `str.splitlines` breaks on besides `\n`: editors, terminals and JSONL readers each treat
 # some of them as a line end, so a label or a catalog line holding one is read differently by each.
@@ -100,3 +101,10 @@ def shown(value: object, limit: int = 80) -> str:
     """`repr(value)` for a message: one line, cut to about `limit` characters."""
     text = one_line(repr(value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def listing(items: Any, show: Any, limit: int = 20) -> str:
+    """The first `limit` items, shown one way, and how many there are in all when that is more."""
+    items = list(items)
+    text = ", ".join(one_line(show(item)) for item in items[:limit])
+    return text if len(items) <= limit else f"{text}, ... ({len(items)} in all)"
