@@ -1,7 +1,8 @@
 """The engine's own decoder (`runtime.decoder`): the same model as transformers builds, without it.
 
-The bundled model is compared with transformers' Llama on real text; tiny random Qwen2 and Qwen3
-checkpoints (biases, q/k norms, untied heads) are saved and read back both ways. Checkpoints the own
+The bundled model is compared with transformers' Llama on real text; tiny random Qwen2, Qwen3, Llama
+and Mistral checkpoints (attention and MLP biases, q/k norms, another rope theta, untied heads) are
+saved and read back both ways. Checkpoints the own
 decoder does not reproduce exactly are handed to transformers.
 """
 
@@ -70,23 +71,32 @@ def test_loading_the_own_decoder_imports_no_modelling_stack():
 
 
 def _tiny_checkpoint(kind: str, folder: Path, tokenizer) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
+    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
     torch.manual_seed(0)
     common = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False)
-    config = Qwen2Config(**common) if kind == "qwen2" else Qwen3Config(head_dim=16, attention_bias=True, **common)
+    config = {
+        "qwen2": lambda: Qwen2Config(**common),
+        "qwen3": lambda: Qwen3Config(head_dim=16, attention_bias=True, **common),
+        "llama": lambda: LlamaConfig(attention_bias=True, mlp_bias=True, rope_theta=50000.0, **common),
+        "mistral": lambda: MistralConfig(sliding_window=None, **common),
+    }[kind]()
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model
 
 
-@pytest.mark.parametrize("kind", ["qwen2", "qwen3"])
-def test_qwen_checkpoints_read_by_the_own_decoder_match_transformers(kind, tmp_path, qwen_tokenizer):
+@pytest.mark.parametrize("kind", ["qwen2", "qwen3", "llama", "mistral"])
+def test_checkpoints_of_each_family_read_by_the_own_decoder_match_transformers(kind, tmp_path, qwen_tokenizer):
     reference = _tiny_checkpoint(kind, tmp_path, qwen_tokenizer)
     own = load_decoder(tmp_path, torch.float32)
-    assert hasattr(own.model.layers[0].self_attn, "q_norm") == (kind == "qwen3")
+    attention, mlp = own.model.layers[0].self_attn, own.model.layers[0].mlp
+    assert hasattr(attention, "q_norm") == (kind == "qwen3")
+    assert (attention.q_proj.bias is not None) == (kind in ("qwen2", "qwen3", "llama"))
+    assert (attention.o_proj.bias is not None) == (kind in ("qwen3", "llama"))
+    assert (mlp.up_proj.bias is not None) == (kind == "llama")
     for text in TEXTS:
         assert torch.allclose(_logits(own, qwen_tokenizer, text), _logits(reference, qwen_tokenizer, text), atol=1e-5)
 
