@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 from ..runtime.calibration import Calibration
 from ..spec.rubric import Debias, Rubric
 from . import metrics
-from .readings import Progress, Reading, read_rows
+from .readings import Progress, Reading, read_rows_and_raw
 from .significance import paired_difference
 from .variants import choice_labels, minimal_rubric, reordered_rubric, shuffled_order
 
@@ -76,16 +76,28 @@ def compare_orders(
     engine: Any, rubric: Rubric, texts: Sequence[str], gold: Sequence[str], options: Sequence[str], field_name: str,
     compared: Sequence[tuple[ReadSetting, Sequence[Reading]]], *, orders: int, seed: int, progress_for: ProgressFor,
 ) -> dict[str, dict[str, Any]]:
-    """Per compared readout, its flip rate and accuracy over `orders` shuffled orders (the same for all)."""
+    """Per compared readout, its flip rate and accuracy over `orders` shuffled orders (the same for all).
+
+    A raw setting (no correction, no calibration) is taken from the same passes as another setting's
+    reading of an order where the field is decided in the first round (`read_rows_and_raw`)."""
     rng = random.Random(seed)
     shuffled = [shuffled_rubric(rubric, field_name, rng) for _ in range(orders)]
+    raw_setting = next((s for s, _ in compared if s.debias == Debias.NONE.value and s.calibration is None), None)
+    reads: dict[tuple[int, str], Sequence[Reading]] = {}
+    for k, variant in enumerate(shuffled):
+        for setting, _ in compared:
+            if (k, setting.name) in reads:
+                continue
+            readings, raw = read_rows_and_raw(
+                engine, variant, texts, field_name, calibration=setting.calibration, debias=setting.debias,
+                progress=progress_for(f"order {k + 1}/{orders}, {setting.name}"),
+            )
+            reads[(k, setting.name)] = readings
+            if raw is not None and raw_setting is not None and setting is not raw_setting:
+                reads[(k, raw_setting.name)] = raw
     result = {}
     for setting, original in compared:
-        reordered = [
-            read_rows(engine, variant, texts, field_name, calibration=setting.calibration, debias=setting.debias,
-                      progress=progress_for(f"order {k + 1}/{orders}, {setting.name}"))
-            for k, variant in enumerate(shuffled)
-        ]
+        reordered = [reads[(k, setting.name)] for k in range(len(shuffled))]
         flips = score_flips(original, reordered)
         flips["accuracy_per_order"] = [in_scope_figures(gold, r, options)["accuracy"] for r in reordered]
         result[setting.name] = flips
@@ -111,14 +123,19 @@ def compare_wordings(
     predictions: dict[tuple[str, str], list[str | None]] = {}
     offered = set(options)
     rows = [i for i, g in enumerate(gold) if g in offered]
+    taken = dict(known)
     for name, variant in variants.items():
-        for method in methods:
-            readings = known.get((name, method))
+        # The corrected reading first: for a first-round field its passes also give the raw one.
+        for method in reversed(methods):
+            readings = taken.get((name, method))
             if readings is None:
-                readings = read_rows(engine, variant, texts, field_name, debias=method,
-                                     progress=progress_for(f"{name.replace('_', ' ')} wording, {method}"))
+                readings, raw = read_rows_and_raw(engine, variant, texts, field_name, debias=method,
+                                                  progress=progress_for(f"{name.replace('_', ' ')} wording, {method}"))
+                if raw is not None:
+                    taken.setdefault((name, Debias.NONE.value), raw)
             figures.setdefault(name, {})[method] = in_scope_figures(gold, readings, options)
             predictions[(name, method)] = [readings[i].predicted for i in rows]
+        figures[name] = {method: figures[name][method] for method in methods}
     result: dict[str, Any] = {"correction": correction, "variants": figures}
     if rows:
         result["minimal_minus_as_written"] = paired_difference(

@@ -164,6 +164,13 @@ def test_eval_takes_the_raw_readout_from_the_same_passes_when_the_field_reads_no
     run = evaluate(engine, rubric, rubric, rows, "sentiment")
     assert run.summary["debias"] == "content_free_half"
     assert len(calls) == 1  # one read of the rows, not a second raw one
+    calls.clear()
+    both = evaluate(engine, rubric, rubric, rows, "sentiment", shuffle_orders=1, seed=3, ablate=True)
+    # The rows as written, one shuffled order and the minimal wording: one read each, raw included.
+    assert len(calls) == 3
+    assert both.summary["shuffle"]["orders"] == 1 and both.summary["shuffle"]["raw"]["orders"] == 1
+    assert set(both.summary["ablate"]["variants"]["minimal"]) == {"none", "content_free_half"}
+    assert both.summary["raw"] == run.summary["raw"]
     raw = run.summary["raw"]
     assert raw["accuracy"] == metrics.accuracy([r.gold["sentiment"] for r in rows], [s.predicted for s in separate])
     for reading, decision in zip(separate, engine.decide_many(rubric, [r.text for r in rows])):
