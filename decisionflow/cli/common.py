@@ -39,6 +39,11 @@ DeviceOption = Annotated[
 DtypeOption = Annotated[
     str, typer.Option(help="auto (bfloat16 on CUDA, float32 on the CPU), float32, bfloat16 or float16.")
 ]
+LoaderOption = Annotated[
+    str,
+    typer.Option(help="auto (the engine's own decoder where it reproduces the checkpoint exactly, else transformers) "
+                      "or transformers (always build the transformers model)."),
+]
 ExactOption = Annotated[bool, typer.Option("--exact", help="Score whole answers, line ending included, instead of reading only where answers fork.")]
 
 

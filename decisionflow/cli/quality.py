@@ -26,6 +26,7 @@ from ..spec.references import YAML_SUFFIXES
 from .common import (
     DeviceOption,
     DtypeOption,
+    LoaderOption,
     ModelOption,
     ThreadsOption,
     calibration_beside,
@@ -99,6 +100,7 @@ def eval_command(
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    loader: LoaderOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:
     """Score a rubric against labelled data: accuracy, macro-F1, calibration error, abstention; raw and debiased side by side."""
@@ -115,7 +117,7 @@ def eval_command(
     if base is not None:
         guarded(ctx, err, lambda: base.check(rubric))
     calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
-    engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, generates=baseline))
+    engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader, generates=baseline))
     with _progress_bars(err) as progress_for:
         run = guarded(ctx, err, lambda: evaluate(
             engine, target, rubric, chosen, fields[0], calibration=calibration, debias=method,
@@ -172,6 +174,7 @@ def calibrate_command(
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    loader: LoaderOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:
     """Fit a per-field domain prior from unlabelled inputs and/or a temperature (and abstention thresholds)
@@ -201,7 +204,7 @@ def calibrate_command(
     texts = None if unlabelled is None else guarded(ctx, err, lambda: _texts(unlabelled, text_column, rows, limit, seed))
     chosen = None if data is None else guarded(ctx, err, lambda: _rows(data, text_column, fields, label_column, rows, limit, seed))
     calibration = guarded(ctx, err, lambda: _existing_calibration(output, rubric))
-    engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype))
+    engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader))
     out = Console()
     if texts is not None:
         with _progress_bars(err) as progress_for:
@@ -302,10 +305,11 @@ def _calibration(rubric_ref: str, path: Path | None):
     return Calibration.load(path)
 
 
-def _engine(err: Console, model: str | None, threads: int | None, device: str, dtype: str, *, generates: bool = False):
+def _engine(err: Console, model: str | None, threads: int | None, device: str, dtype: str, loader: str, *,
+            generates: bool = False):
     """The engine; built on the transformers model when the command also generates (`--baseline`)."""
     return load_engine(err, model=model, threads=threads, device=device, dtype=dtype,
-                       loader="transformers" if generates else "auto")
+                       loader="transformers" if generates else loader)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from rich.console import Console
 from .common import (
     DeviceOption,
     DtypeOption,
+    LoaderOption,
     ExactOption,
     ModelOption,
     RubricRef,
@@ -59,6 +60,7 @@ def run(
     threads: ThreadsOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    loader: LoaderOption = "auto",
     text_column: Annotated[
         str | None,
         typer.Option(help="The --input column (or JSONL key) holding the input (default: text, input or messages).", show_default=False),
@@ -111,11 +113,13 @@ def run(
         ray_options = RayOptions(
             address=address, num_actors=num_actors or 1, model=model, mode="exact" if exact else "branch", pin_first=pin,
             device=None if device == "auto" else device, dtype=None if dtype == "auto" else dtype,
+            loader=None if loader == "auto" else loader,
         )
         _run_on_ray(ctx, err, target, calibration, input_path, output_path, ray_options, text_column, id_column)
         return
     loading = time.perf_counter()
-    engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, pin=pin, threads=threads, device=device, dtype=dtype))
+    engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, pin=pin, threads=threads, device=device,
+                                                   dtype=dtype, loader=loader))
     loaded = time.perf_counter()
     if text is not None:
         decision = guarded(ctx, err, lambda: engine.decide(target, text, calibration=calibration))

@@ -9,7 +9,18 @@ from typing import Annotated
 import typer
 
 from ..errors import Unavailable
-from .common import DeviceOption, DtypeOption, ExactOption, ModelOption, ThreadsOption, guarded, load_engine, say, stderr
+from .common import (
+    DeviceOption,
+    DtypeOption,
+    ExactOption,
+    LoaderOption,
+    ModelOption,
+    ThreadsOption,
+    guarded,
+    load_engine,
+    say,
+    stderr,
+)
 
 SERVE_PACKAGES = ("fastapi", "uvicorn", "prometheus_client")
 
@@ -25,6 +36,7 @@ def serve_command(
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    loader: LoaderOption = "auto",
     threads: ThreadsOption = None,
     exact: ExactOption = False,
     batching: Annotated[bool, typer.Option("--batching/--no-batching", help="Decide concurrent requests of one rubric together.")] = True,
@@ -51,7 +63,8 @@ def serve_command(
         batching=Batching(enabled=batching, max_wait_ms=batch_wait_ms, token_budget=batch_tokens),
         graceful_shutdown_s=graceful_shutdown,
     )
-    engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, threads=threads, device=device, dtype=dtype))
+    engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, threads=threads, device=device, dtype=dtype,
+                                                   loader=loader))
     app = create_app(engine, registry, settings)
     sock = guarded(ctx, err, lambda: bind(host, port))
     bound_host, bound_port = sock.getsockname()[:2]

@@ -50,6 +50,8 @@ class RayOptions:
     """None: the engine's default (`auto`: bfloat16 on CUDA, float32 on the CPU)."""
     mode: str = "branch"
     pin_first: bool | None = None
+    loader: str | None = None
+    """None: the engine's default (`auto`: its own decoder where it reproduces the checkpoint exactly)."""
 
 
 def import_ray() -> Any:
@@ -99,7 +101,7 @@ def decide_dataset(
         gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
     engine = {
         "model": options.model, "mode": options.mode, "pin_first": options.pin_first, "dtype": options.dtype,
-        "device": options.device or ("cuda" if gpus > 0 else None),
+        "device": options.device or ("cuda" if gpus > 0 else None), "loader": options.loader,
     }
     remote = {"memory": options.memory_per_actor} if options.memory_per_actor else {}
     return dataset.map_batches(

@@ -152,3 +152,15 @@ def test_run_timings_say_where_the_time_went():
     assert all(value >= 0 for value in timings.values())
     assert timings["total"] >= timings["model_load"] + timings["passes"]
     assert "timings: start_up" in result.stderr
+
+
+def test_either_loader_gives_the_same_decision_and_an_unknown_one_is_one_line():
+    own = invoke("run", SENTIMENT, "--json", "--text", "a gorgeous, witty film")
+    built = invoke("run", SENTIMENT, "--json", "--loader", "transformers", "--text", "a gorgeous, witty film")
+    assert own.exit_code == 0 and built.exit_code == 0, own.output + built.output
+    a, b = json.loads(own.stdout), json.loads(built.stdout)
+    assert a["value"] == b["value"]
+    assert a["fields"]["sentiment"]["probabilities"] == pytest.approx(b["fields"]["sentiment"]["probabilities"], abs=1e-6)
+    unknown = invoke("run", SENTIMENT, "--loader", "fast", "--text", "a gorgeous, witty film")
+    assert unknown.exit_code == 1
+    assert "unknown loader 'fast'" in unknown.output and "Traceback" not in unknown.output
