@@ -5,7 +5,8 @@ they come (this module sits below the rubric model, which calls it while validat
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .derived import CodeRule, RuleTable
 from .kinds import FieldKind, Value

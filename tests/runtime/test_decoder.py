@@ -71,11 +71,18 @@ def test_loading_the_own_decoder_imports_no_modelling_stack():
 
 
 def _tiny_checkpoint(kind: str, folder: Path, tokenizer) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+    from transformers import (
+        AutoModelForCausalLM,
+        LlamaConfig,
+        MistralConfig,
+        Qwen2Config,
+        Qwen3Config,
+    )
 
     torch.manual_seed(0)
-    common = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False)
+    common = {"vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+              "tie_word_embeddings": False}
     config = {
         "qwen2": lambda: Qwen2Config(**common),
         "qwen3": lambda: Qwen3Config(head_dim=16, attention_bias=True, **common),
