@@ -12,6 +12,8 @@ generation (the benchmark's and `eval --baseline`'s generation baselines) needs.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import importlib.util
 import json
@@ -20,7 +22,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..errors import ModelError, Unavailable
 
@@ -148,6 +150,25 @@ def load_model(
     """
     if loader not in LOADERS:
         raise ModelError(f"unknown loader {loader!r}; use {' or '.join(LOADERS)}")
+    with collector_paused():
+        return _load_model(model, dtype=dtype, device=device, status=status, loader=loader)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a model loads: importing torch's and transformers'
+    modules and reading a tokenizer create hundreds of thousands of long-lived objects, and the
+    collector's repeated sweeps over them cost a few hundred milliseconds of every load."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _load_model(model: str | os.PathLike | None, *, dtype: str, device: str, status: Status, loader: str) -> LoadedModel:
     target_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, target_device)
     name = os.fspath(model) if model is not None else None

@@ -188,3 +188,24 @@ def test_a_hub_id_cached_complete_is_read_by_the_own_decoder(engine, tmp_path, m
     loaded = load_model("someone/smol")
     assert isinstance(loaded.model, DecoderModel)
     assert torch.equal(_logits(loaded.model, loaded.tokenizer, TEXTS[0]), _logits(engine.loaded.model, engine.tokenizer, TEXTS[0]))
+
+
+def test_loading_pauses_the_collector_and_leaves_it_as_it_found_it():
+    import gc
+
+    from decisionflow.runtime.loading import collector_paused
+
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # a caller's own choice is kept
+    finally:
+        gc.enable()
+    with pytest.raises(ModelError, match="GGUF file not found"):
+        load_model("/nonexistent/model.gguf")  # fails while the collector is paused
+    assert gc.isenabled()
