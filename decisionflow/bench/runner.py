@@ -120,13 +120,25 @@ def _decisionflow_runner(name: str, engine: Any) -> MethodRunner:
     return MethodRunner(name, run)
 
 
-def make_runners(engine: Any, methods: list[str]) -> list[MethodRunner]:
+GENERATING_METHODS = ("json_generate", "grammar_constrained", "per_field_prefill", "copied_prefix")
+"""Baselines that call the transformers model itself (`generate`, its forward with a cache)."""
+
+
+def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[], Any] | None = None) -> list[MethodRunner]:
+    """The methods' runners. decisionflow's run on `engine`, as a user's would; the baselines that need
+    the transformers model run on `baseline_engine()` (default: `engine` itself), loaded only when one
+    of them is asked for."""
     from ..compiler import ReadMode
     from ..runtime.engine import Engine, EngineOptions
     from . import baselines
 
+    if any(name in GENERATING_METHODS for name in methods):
+        engine_for_baselines = baseline_engine() if baseline_engine is not None else engine
+    else:
+        engine_for_baselines = engine
+
     def compile_only(workload: Workload) -> Any:
-        return engine.compile(workload.rubric)
+        return engine_for_baselines.compile(workload.rubric)
 
     runners: list[MethodRunner] = []
     for name in methods:
@@ -137,20 +149,20 @@ def make_runners(engine: Any, methods: list[str]) -> list[MethodRunner]:
         elif name == "decisionflow_exact":
             runners.append(_decisionflow_runner(name, Engine(engine.loaded, options=EngineOptions(mode=ReadMode.EXACT))))
         elif name == "json_generate":
-            runners.append(MethodRunner(name, lambda w: baselines.json_generate(engine, w.rubric, w.payload), slow=True, prepare=compile_only))
+            runners.append(MethodRunner(name, lambda w: baselines.json_generate(engine_for_baselines, w.rubric, w.payload), slow=True, prepare=compile_only))
         elif name == "grammar_constrained":
             try:
-                grammar = baselines.GrammarConstrained(engine)
+                grammar = baselines.GrammarConstrained(engine_for_baselines)
                 runners.append(MethodRunner(
                     name, lambda w, g=grammar: g(w.rubric, w.payload), slow=True,
-                    prepare=lambda w, g=grammar: g.compiled_grammar(engine.compile(w.rubric)[0].rubric),
+                    prepare=lambda w, g=grammar: g.compiled_grammar(engine_for_baselines.compile(w.rubric)[0].rubric),
                 ))
             except Unavailable as exc:
                 runners.append(MethodRunner(name, lambda w: None, unavailable=str(exc)))
         elif name == "per_field_prefill":
-            runners.append(MethodRunner(name, lambda w: baselines.per_field_prefill(engine, w.rubric, w.payload), slow=True, prepare=compile_only))
+            runners.append(MethodRunner(name, lambda w: baselines.per_field_prefill(engine_for_baselines, w.rubric, w.payload), slow=True, prepare=compile_only))
         elif name == "copied_prefix":
-            runners.append(MethodRunner(name, lambda w: baselines.copied_prefix(engine, w.rubric, w.payload)))
+            runners.append(MethodRunner(name, lambda w: baselines.copied_prefix(engine_for_baselines, w.rubric, w.payload)))
         elif name == "pcd_rlcd":
             folder = baselines.converted_model_folder(engine)
             try:
@@ -236,9 +248,11 @@ def run_bench(
     slow_repeats: int,
     log: Callable[[str], None] = lambda _: None,
     on_workload: Callable[[list[dict[str, Any]]], None] | None = None,
+    baseline_engine: Callable[[], Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every method on every workload; `on_workload` gets the rows so far after each workload."""
-    runners = make_runners(engine, methods)
+    """Run every method on every workload; `on_workload` gets the rows so far after each workload.
+    `baseline_engine`: see `make_runners`."""
+    runners = make_runners(engine, methods, baseline_engine=baseline_engine)
     # One warm-up per method, on the smallest workload: compiles, head caches, grammar, first-call costs.
     smallest = min(workloads, key=lambda w: (w.fields, len(w.payload)))
     for runner in runners:
@@ -336,6 +350,16 @@ def _summarise(
     return rows
 
 
+def model_implementation(model: Any) -> str:
+    """Which modules decisionflow's methods ran on: its own decoder (packed for oneDNN or not) or transformers'."""
+    from ..runtime.decoder import DecoderModel, Linear
+
+    if not isinstance(model, DecoderModel):
+        return f"transformers {type(model).__name__}"
+    packed = any(isinstance(m, Linear) and m.packed is not None for m in model.modules())
+    return "decisionflow decoder, oneDNN-packed projections" if packed else "decisionflow decoder"
+
+
 def conditions(engine: Any, *, threads: int, dtype: str, repeats: int, slow_repeats: int) -> dict[str, Any]:
     import torch
     import transformers
@@ -359,6 +383,7 @@ def conditions(engine: Any, *, threads: int, dtype: str, repeats: int, slow_repe
             versions[package] = "not installed"
     return {
         "model": engine.loaded.name,
+        "implementation": model_implementation(engine.loaded.model),
         "device": str(engine.backend.device),
         "dtype": dtype,
         "kernels": engine.backend.kernels,

@@ -63,8 +63,13 @@ def bench_command(
     from ..runtime.engine import Engine
 
     with err.status("loading the model"):
-        # The generation baselines call the transformers model's `generate`.
-        engine = Engine.load(model, device=device, dtype=dtype, threads=threads, loader="transformers")
+        engine = Engine.load(model, device=device, dtype=dtype, threads=threads)
+
+    def baseline_engine() -> Engine:
+        # The generation and per-field baselines call the transformers model itself.
+        with err.status("loading the transformers model for the baselines"):
+            return Engine.load(model, device=device, dtype=dtype, threads=threads, loader="transformers")
+
     log = lambda message: say(err, message)  # noqa: E731
     settings = conditions(engine, threads=torch.get_num_threads(), dtype=str(engine.backend.dtype).removeprefix("torch."),
                           repeats=repeats, slow_repeats=slow_repeats)
@@ -78,7 +83,8 @@ def bench_command(
             (out / "bench.md").write_text(markdown_table(rows), encoding="utf-8")
 
     began = time.perf_counter()
-    rows = run_bench(engine, selected, chosen, repeats=repeats, slow_repeats=slow_repeats, log=log, on_workload=save)
+    rows = run_bench(engine, selected, chosen, repeats=repeats, slow_repeats=slow_repeats, log=log, on_workload=save,
+                     baseline_engine=baseline_engine)
     log(f"bench finished in {time.perf_counter() - began:.0f} s")
     print_table(rows)
     if out is not None:

@@ -111,8 +111,16 @@ class Weights(nn.Module):
 class Linear(Weights):
     def __init__(self, inputs: int, outputs: int, bias: bool):
         super().__init__(weight=(outputs, inputs), bias=(outputs,) if bias else None)
+        self.packed: torch.Tensor | None = None
+        """The weight in oneDNN's blocked layout (`pack_for_cpu`), used for inputs on the CPU."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # oneDNN's blocked tensors cannot be copied or pickled: a copy multiplies with the plain weight.
+        return {**self.__dict__, "packed": None}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None and x.device.type == "cpu":
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         return nn.functional.linear(x, self.weight, self.bias)
 
 
@@ -210,6 +218,8 @@ class DecoderModel(nn.Module):
     def __init__(self, config: DecoderConfig):
         super().__init__()
         self.config = config
+        self.weights_mapped = False
+        """Whether every weight is the checkpoint file's own memory map (read in its stored dtype)."""
         self.model = DecoderBody(config)
         self.lm_head = Linear(config.hidden_size, config.vocab_size, False)
 
@@ -224,6 +234,39 @@ class DecoderModel(nn.Module):
                                lambda _layer, q, k, v, scale: causal_attend(q, k, v, scale))
         kept = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
         return SimpleNamespace(logits=self.lm_head(self.model.norm(kept)))
+
+
+PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def pack_for_cpu(model: DecoderModel) -> bool:
+    """Give every projection of the decoder layers a copy of its weight in oneDNN's blocked layout.
+
+    Packed once, the products skip the per-call reordering that a plain CPU matrix product pays:
+    measured 10 % faster on a 28-field request and 17 % on a one-field one (docs/benchmarks.md), with
+    probabilities within 1e-5 of the plain products. The LM head is left as it is (it projects only
+    the read rows, and is often the embedding's own weight). Only a model whose weights are mapped
+    from their file as they are (`weights_mapped`: no dtype conversion) is packed: their pages belong
+    to the file (the kernel may drop them once unused), so the packed copy is the only one the
+    process holds; converted weights would be held twice.
+    Returns whether the model was packed.
+    """
+    if not getattr(model, "weights_mapped", False):
+        return False
+    layers = [module for module in model.model.layers.modules() if isinstance(module, Linear)]
+    if not layers or layers[0].weight.device.type != "cpu" or layers[0].weight.dtype not in PACKABLE_DTYPES:
+        return False
+    if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        return False
+    try:
+        probe = layers[0].weight.detach().to_mkldnn()
+        torch.ops.mkldnn._linear_pointwise(torch.zeros(1, 1, probe.shape[1], dtype=layers[0].weight.dtype),
+                                           probe, None, "none", [], "")
+    except (RuntimeError, NotImplementedError):
+        return False
+    for module in layers:
+        module.packed = module.weight.detach().to_mkldnn()
+    return True
 
 
 def _weight_files(folder: Path) -> list[Path]:
@@ -271,4 +314,5 @@ def load_decoder(folder: Path, dtype: torch.dtype) -> DecoderModel:
         setattr(module, attribute, nn.Parameter(tensor.to(dtype), requires_grad=False))
     if tied:
         model.lm_head.weight = model.model.embed_tokens.weight
+    model.weights_mapped = all(tensor.dtype == dtype for tensor in weights.values())
     return model.eval()

@@ -197,7 +197,12 @@ def _load_model(model: str | os.PathLike | None, *, dtype: str, device: str, sta
             raise ModelError(f"model not found: {model!r} is neither a folder, a .gguf file nor a hub id (owner/name)")
     if target_device.type != "cpu":
         status(f"moving the model to {target_device}")
-    return LoadedModel(loaded[0].to(target_device), loaded[1], name or "")
+        return LoadedModel(loaded[0].to(target_device), loaded[1], name or "")
+    from .decoder import DecoderModel, pack_for_cpu
+
+    if isinstance(loaded[0], DecoderModel):
+        pack_for_cpu(loaded[0])
+    return LoadedModel(loaded[0], loaded[1], name or "")
 
 
 def hub_snapshot(repo_id: str) -> Path | None:

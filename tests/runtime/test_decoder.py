@@ -22,6 +22,7 @@ from decisionflow.runtime.decoder import (
     DecoderUnsupported,
     decoder_refusal,
     load_decoder,
+    pack_for_cpu,
     read_config,
 )
 from decisionflow.runtime.head_store import model_fingerprint
@@ -37,13 +38,26 @@ def _logits(model, tokenizer, text: str) -> torch.Tensor:
         return model(input_ids=ids).logits
 
 
+def _converted_bundled_folder() -> Path:
+    from decisionflow.runtime.loading import bundled_gguf, cache_root
+
+    return next((cache_root() / "models").glob(f"{bundled_gguf().stem}-*"))
+
+
 @pytest.mark.model
 def test_the_bundled_model_loads_as_the_own_decoder_with_transformers_arithmetic(engine, transformers_engine):
     own, reference = engine.loaded.model, transformers_engine.loaded.model
-    assert isinstance(own, DecoderModel)
+    assert isinstance(own, DecoderModel) and own.weights_mapped
     assert not isinstance(reference, DecoderModel)
+    # Loaded for the CPU, its projections use oneDNN-packed weights: the same products, blocked
+    # differently, so equal to float32 rounding; unpacked, the arithmetic is transformers' own, bit for bit.
+    assert all(layer.mlp.up_proj.packed is not None for layer in own.model.layers)
+    plain = load_decoder(_converted_bundled_folder(), torch.float32)
+    assert plain.model.layers[0].mlp.up_proj.packed is None
     for text in TEXTS:
-        assert torch.equal(_logits(own, engine.tokenizer, text), _logits(reference, engine.tokenizer, text))
+        expected = _logits(reference, engine.tokenizer, text)
+        assert torch.equal(_logits(plain, engine.tokenizer, text), expected)
+        assert torch.allclose(_logits(own, engine.tokenizer, text), expected, rtol=0, atol=1e-3)
     # Both loaders of one checkpoint share its stored heads.
     assert model_fingerprint(own) == model_fingerprint(reference)
 
@@ -58,7 +72,7 @@ def test_decisions_are_the_same_through_either_loader(engine, transformers_engin
     for a, b in zip(own, reference):
         assert a.value == b.value
         for name in a.fields:
-            assert a.fields[name].probabilities == pytest.approx(b.fields[name].probabilities, abs=1e-6)
+            assert a.fields[name].probabilities == pytest.approx(b.fields[name].probabilities, abs=2e-5)
 
 
 @pytest.mark.model
@@ -106,6 +120,9 @@ def test_checkpoints_of_each_family_read_by_the_own_decoder_match_transformers(k
     assert (mlp.up_proj.bias is not None) == (kind == "llama")
     for text in TEXTS:
         assert torch.allclose(_logits(own, qwen_tokenizer, text), _logits(reference, qwen_tokenizer, text), atol=1e-5)
+    assert pack_for_cpu(own)  # biases included
+    for text in TEXTS:
+        assert torch.allclose(_logits(own, qwen_tokenizer, text), _logits(reference, qwen_tokenizer, text), atol=1e-4)
 
 
 def test_a_checkpoint_the_own_decoder_does_not_cover_goes_to_transformers(tmp_path, qwen_tokenizer):
@@ -151,6 +168,8 @@ def test_the_own_decoder_loads_in_bfloat16_and_the_loader_choice_is_checked():
     loaded = load_model(dtype="bfloat16")
     assert isinstance(loaded.model, DecoderModel)
     assert {p.dtype for p in loaded.model.parameters()} == {torch.bfloat16}
+    # Converted from the float32 file, so not mapped: not packed, or the weights would be held twice.
+    assert not loaded.model.weights_mapped and loaded.model.model.layers[0].mlp.up_proj.packed is None
     assert loaded.model.model.rotary_emb.inv_freq.dtype == torch.float32
     with pytest.raises(ModelError, match="unknown loader 'fast'"):
         load_model(loader="fast")
@@ -173,9 +192,9 @@ def _fake_hub_cache(root: Path, repo_id: str, source: Path, files: list[str]) ->
 def test_a_hub_id_cached_complete_is_read_by_the_own_decoder(engine, tmp_path, monkeypatch):
     from huggingface_hub import constants
 
-    from decisionflow.runtime.loading import bundled_gguf, cache_root, hub_snapshot
+    from decisionflow.runtime.loading import hub_snapshot
 
-    converted = next((cache_root() / "models").glob(f"{bundled_gguf().stem}-*"))
+    converted = _converted_bundled_folder()
     files = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"]
     _fake_hub_cache(tmp_path / "complete", "someone/smol", converted, files)
     _fake_hub_cache(tmp_path / "partial", "someone/smol", converted, ["config.json", "tokenizer.json"])
@@ -209,3 +228,17 @@ def test_loading_pauses_the_collector_and_leaves_it_as_it_found_it():
     with pytest.raises(ModelError, match="GGUF file not found"):
         load_model("/nonexistent/model.gguf")  # fails while the collector is paused
     assert gc.isenabled()
+
+
+@pytest.mark.model
+def test_a_packed_decoder_copies_and_pickles_as_a_plain_one(engine):
+    import copy
+    import pickle
+
+    own = engine.loaded.model
+    copied = copy.deepcopy(own)
+    restored = pickle.loads(pickle.dumps(own))
+    for other in (copied, restored):
+        assert other.model.layers[0].mlp.up_proj.packed is None
+        assert torch.allclose(_logits(other, engine.tokenizer, TEXTS[0]), _logits(own, engine.tokenizer, TEXTS[0]), rtol=0, atol=1e-3)
+    assert own.model.layers[0].mlp.up_proj.packed is not None
