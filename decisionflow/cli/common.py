@@ -127,7 +127,7 @@ def calibration_beside(rubric_ref: str) -> Any:
 
 def load_engine(
     err: Console, *, model: str | None, exact: bool = False, pin: bool | None = None, threads: int | None = None,
-    device: str = "auto", dtype: str = "auto", loader: str = "auto",
+    device: str = "auto", dtype: str = "auto", loader: str = "auto", pack_weights: bool = True,
 ) -> Any:
     """Load the engine with a status line saying what is happening (converting, reading the cache).
     `loader="transformers"` where the command generates text with the model (see `Engine.load`)."""
@@ -139,5 +139,5 @@ def load_engine(
     with err.status("loading the model") as status:
         return Engine.load(
             model, device=device, dtype=dtype, threads=threads, mode="exact" if exact else "branch", pin_first=pin,
-            status=lambda message: status.update(message), loader=loader,
+            status=lambda message: status.update(message), loader=loader, pack_weights=pack_weights,
         )

@@ -118,8 +118,9 @@ def run(
         _run_on_ray(ctx, err, target, calibration, input_path, output_path, ray_options, text_column, id_column)
         return
     loading = time.perf_counter()
+    # One text: the process ends after one request, so packing the weights would not pay for itself.
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, pin=pin, threads=threads, device=device,
-                                                   dtype=dtype, loader=loader))
+                                                   dtype=dtype, loader=loader, pack_weights=text is None))
     loaded = time.perf_counter()
     if text is not None:
         decision = guarded(ctx, err, lambda: engine.decide(target, text, calibration=calibration))

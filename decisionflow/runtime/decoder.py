@@ -243,8 +243,8 @@ def pack_for_cpu(model: DecoderModel) -> bool:
     """Give every projection of the decoder layers a copy of its weight in oneDNN's blocked layout.
 
     Packed once, the products skip the per-call reordering that a plain CPU matrix product pays:
-    measured 10 % faster on a 28-field request and 17 % on a one-field one (docs/benchmarks.md), with
-    probabilities within 1e-5 of the plain products. The LM head is left as it is (it projects only
+    7–17 % faster per warm request (docs/benchmarks.md), with probabilities within 1e-5 of the plain
+    products. The LM head is left as it is (it projects only
     the read rows, and is often the embedding's own weight). Only a model whose weights are mapped
     from their file as they are (`weights_mapped`: no dtype conversion) is packed: their pages belong
     to the file (the kernel may drop them once unused), so the packed copy is the only one the

@@ -125,6 +125,7 @@ class Engine:
         kernels: str = "auto",
         debias: Debias | str | None = None,
         loader: str = "auto",
+        pack_weights: bool = True,
     ) -> Engine:
         """Load `model` (default: the bundled SmolLM2-135M-Instruct): a folder, a .gguf file or a hub id.
 
@@ -142,12 +143,14 @@ class Engine:
         `loader`: `auto` reads a checkpoint the engine's own decoder covers without building the
         transformers model (a faster start; same weights, same arithmetic); `transformers` always
         builds the transformers model, which token-by-token generation (`runtime.generation`) needs.
+        `pack_weights`: see `loading.load_model` (off for a process that decides one text).
         """
         if threads:
             import torch
 
             torch.set_num_threads(threads)
-        loaded = load_model(model, dtype=dtype, device=device, status=status or (lambda _: None), loader=loader)
+        loaded = load_model(model, dtype=dtype, device=device, status=status or (lambda _: None), loader=loader,
+                            pack_weights=pack_weights)
         store = cache_root() / "heads" if persist_heads else None
         options = EngineOptions(mode=ReadMode(mode), pin_first=pin_first, head_store=store, kernels=kernels)
         if debias is not None:

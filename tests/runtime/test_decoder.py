@@ -242,3 +242,9 @@ def test_a_packed_decoder_copies_and_pickles_as_a_plain_one(engine):
         assert other.model.layers[0].mlp.up_proj.packed is None
         assert torch.allclose(_logits(other, engine.tokenizer, TEXTS[0]), _logits(own, engine.tokenizer, TEXTS[0]), rtol=0, atol=1e-3)
     assert own.model.layers[0].mlp.up_proj.packed is not None
+
+
+def test_packing_can_be_left_off():
+    loaded = load_model(pack_weights=False)
+    assert isinstance(loaded.model, DecoderModel) and loaded.model.weights_mapped
+    assert all(layer.mlp.up_proj.packed is None for layer in loaded.model.model.layers)
