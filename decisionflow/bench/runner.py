@@ -352,12 +352,11 @@ def _summarise(
 
 def model_implementation(model: Any) -> str:
     """Which modules decisionflow's methods ran on: its own decoder (packed for oneDNN or not) or transformers'."""
-    from ..runtime.decoder import DecoderModel, Linear
+    from ..runtime.decoder import DecoderModel, is_packed
 
     if not isinstance(model, DecoderModel):
         return f"transformers {type(model).__name__}"
-    packed = any(isinstance(m, Linear) and m.packed is not None for m in model.modules())
-    return "decisionflow decoder, oneDNN-packed projections" if packed else "decisionflow decoder"
+    return "decisionflow decoder, oneDNN-packed projections" if is_packed(model) else "decisionflow decoder"
 
 
 def conditions(engine: Any, *, threads: int, dtype: str, repeats: int, slow_repeats: int) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from ..errors import DataError
 from ..runtime.calibration import Calibration, FieldCalibration
 from ..spec.rubric import Debias, Rubric
 from . import corrections, metrics
-from .readings import Progress, read_all_fields
 from .labelled import offered_labels
+from .readings import Progress, read_all_fields
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,22 @@ from ..errors import DecisionflowError
 from ..runtime.calibration import Calibration, FieldCalibration
 from ..spec.rubric import Debias, Rubric
 from . import metrics
-from .comparisons import ReadSetting, ablation_correction, compare_orders, compare_wordings
+from .comparisons import (
+    ReadSetting,
+    ablation_correction,
+    compare_orders,
+    compare_wordings,
+)
 from .labelled import LabelledRow, label_of, offered_labels
-from .readings import CHUNK_ROWS, Progress, Reading, applied_correction, read_all_fields, read_rows, read_rows_and_raw
+from .readings import (
+    CHUNK_ROWS,
+    Progress,
+    Reading,
+    applied_correction,
+    read_all_fields,
+    read_rows,
+    read_rows_and_raw,
+)
 
 __all__ = [
     "CHUNK_ROWS", "EvalRun", "Progress", "Reading", "evaluate", "read_all_fields", "read_rows", "score_abstention",

@@ -47,8 +47,8 @@ def read_rows(
     calibration: Calibration | None = None, debias: str | None = None, progress: Progress | None = None,
 ) -> list[Reading]:
     """One reading of `field_name` per text."""
-    rows = read_all_fields(engine, target, texts, calibration=calibration, debias=debias, progress=progress)
-    return [row[field_name] for row in rows]
+    return read_rows_and_raw(engine, target, texts, field_name, calibration=calibration, debias=debias,
+                             progress=progress)[0]
 
 
 def read_all_fields(

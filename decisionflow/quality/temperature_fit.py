@@ -18,8 +18,8 @@ from typing import Any, Sequence
 from ..runtime.calibration import Calibration, FieldCalibration, temperature_scale
 from ..spec.rubric import Debias, Rubric
 from . import metrics
-from .readings import Progress, Reading, applied_correction, read_all_fields
 from .labelled import LabelledRow, offered_labels
+from .readings import Progress, Reading, applied_correction, read_all_fields
 
 
 @dataclass(frozen=True)

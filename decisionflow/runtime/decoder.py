@@ -48,9 +48,6 @@ class DecoderConfig:
     def to_dict(self) -> dict[str, Any]:
         return dict(self._values)
 
-    def to_json_string(self, use_diff: bool = False) -> str:
-        return json.dumps(self._values, sort_keys=True)
-
     @property
     def head_dim(self) -> int:
         return self._values.get("head_dim") or self._values["hidden_size"] // self._values["num_attention_heads"]
@@ -77,14 +74,14 @@ def read_config(folder: Path) -> dict[str, Any]:
 
 def decoder_refusal(config: dict[str, Any]) -> str | None:
     """Why `DecoderModel` cannot reproduce this configuration exactly (None when it can)."""
-    view = DecoderConfig(config)
     model_type = config.get("model_type")
+    rope_type = rope_settings(config)[0]
     if model_type not in FAMILIES:
         return f"model type {model_type!r}"
     if config.get("hidden_act", "silu") != "silu":
         return f"activation {config.get('hidden_act')!r}"
-    if view.rope[0] != "default":
-        return f"rope type {view.rope[0]!r}"
+    if rope_type != "default":
+        return f"rope type {rope_type!r}"
     if config.get("use_sliding_window") or any(kind != "full_attention" for kind in config.get("layer_types") or ()):
         return "sliding-window attention"
     if model_type == "mistral" and config.get("sliding_window") is not None:
@@ -253,6 +250,8 @@ def pack_for_cpu(model: DecoderModel) -> bool:
     """
     if not getattr(model, "weights_mapped", False):
         return False
+    if is_packed(model):
+        return True
     layers = [module for module in model.model.layers.modules() if isinstance(module, Linear)]
     if not layers or layers[0].weight.device.type != "cpu" or layers[0].weight.dtype not in PACKABLE_DTYPES:
         return False
@@ -267,6 +266,13 @@ def pack_for_cpu(model: DecoderModel) -> bool:
     for module in layers:
         module.packed = module.weight.detach().to_mkldnn()
     return True
+
+
+def is_packed(model: Any) -> bool:
+    """Whether `model` is the own decoder with oneDNN-packed projections (`pack_for_cpu`)."""
+    return isinstance(model, DecoderModel) and any(
+        isinstance(module, Linear) and module.packed is not None for module in model.model.layers.modules()
+    )
 
 
 def _weight_files(folder: Path) -> list[Path]:

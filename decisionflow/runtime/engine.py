@@ -45,7 +45,6 @@ class EngineOptions:
     catalog: Catalog = Catalog.AUTO
     """How much of each choice field's options the prompt lists, where the rubric does not say
     (`compiler.prompt.catalog_for`; measured in docs/engine.md)."""
-    """How much of each choice field's options the prompt lists (see `compiler.prompt.Catalog`)."""
     debias: Debias = Debias.CONTENT_FREE_HALF
     """The readout's bias correction (see `runtime.debias`); a rubric, a field or a call may override it.
     The default is the one that lost accuracy on no development set (docs/evaluation.md)."""
@@ -141,7 +140,7 @@ class Engine:
         `EngineOptions.debias`, see `runtime.debias`).
 
         `loader`: `auto` reads a checkpoint the engine's own decoder covers without building the
-        transformers model (a faster start; same weights, same arithmetic); `transformers` always
+        transformers model (a faster start, the same weights); `transformers` always
         builds the transformers model, which token-by-token generation (`runtime.generation`) needs.
         `pack_weights`: see `loading.load_model` (off for a process that decides one text).
         """

@@ -289,7 +289,6 @@ def _field_result(
     spec = compiled.rubric.fields[name]
     labels = spec.labels
     mixture = [0.0] * len(labels)
-    raw_mixture = [0.0] * len(labels)
     offered_set: set[int] = set()
     mass = 0.0
     debias = Debias.NONE
@@ -298,8 +297,6 @@ def _field_result(
         indexes = [labels.index(label) for label in read.row.labels]
         offered_set.update(indexes)
         probabilities = reading.probabilities
-        for index, p in zip(indexes, probabilities):
-            raw_mixture[index] += read.weight * p
         if priors is not None:
             probabilities, debias = priors.apply(name, probabilities, indexes if len(indexes) != len(labels) else None)
         for index, p in zip(indexes, probabilities):
@@ -328,7 +325,8 @@ def _field_result(
         probabilities={labels[i]: p for i, p in zip(offered, probabilities)},
         candidate_mass=mass, round=round_index, method=group[0][0].row.method if not marginalized else "marginalized",
         debias=debias.value, asked=asked,
-        raw_probabilities=None if marginalized else {labels[i]: raw_mixture[i] for i in offered},
+        # Not marginalised: one reading, whose own distribution is the raw one.
+        raw_probabilities=None if marginalized else dict(zip(group[0][0].row.labels, group[0][1].probabilities)),
         reason="" if asked else _reason(spec, state),
         expected_value=(sum(p * spec.values[i] for i, p in zip(offered, probabilities))
                         if spec.kind is FieldKind.SCORE else None),

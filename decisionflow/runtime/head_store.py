@@ -1,10 +1,10 @@
 """Head caches on disk, so a new process does not pay a rubric's head prefill again.
 
 A rubric's head (system turn, catalog, `Input:`) is identical for every request; its keys and values
-cost one forward pass over often thousands of tokens. The rubric's content-free priors (the debiased
-readout's estimate of the model's bias, one small decision per content-free input) are kept beside
-it as small JSON files. The store keeps them as safetensors files,
-keyed by everything that determines them: the head's token ids (which already encode the rubric, the
+cost one forward pass over often thousands of tokens. The store keeps them as safetensors files, and
+beside each the rubric's content-free priors (the debiased readout's estimate of the model's bias,
+one small decision per content-free input) as a small JSON file, both keyed by everything that
+determines them: the head's token ids (which already encode the rubric, the
 prompt wording, the chat template and the tokenizer), a fingerprint of the model's weights and
 configuration, the dtype, and the store's format version. A changed rubric, model or template is
 never served a stale head: its key is different.

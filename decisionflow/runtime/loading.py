@@ -149,8 +149,8 @@ def load_model(
     `loader`: `auto` (the engine's own decoder where it reproduces the checkpoint exactly, else
     transformers) or `transformers` (always the transformers model, e.g. to generate with it).
     `pack_weights`: on the CPU, give the own decoder's projections oneDNN-packed weights
-    (`decoder.pack_for_cpu`): 7–17 % faster per request once warm, for about 0.15 s at load and
-    oneDNN's first-call kernel generation, which a process deciding one text never earns back.
+    (`decoder.pack_for_cpu`): 7–17 % faster per warm request, for about 0.15 s at load; a cold
+    one-text CLI run measured 0.1–0.3 s slower packed than plain (docs/benchmarks.md).
     """
     if loader not in LOADERS:
         raise ModelError(f"unknown loader {loader!r}; use {' or '.join(LOADERS)}")
@@ -222,9 +222,9 @@ def hub_snapshot(repo_id: str) -> Path | None:
         return None
     if not (folder / "config.json").is_file() or not (folder / "tokenizer.json").is_file():
         return None
-    index = folder / "model.safetensors.index.json"
     if (folder / "model.safetensors").is_file():
         return folder
+    index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
             shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
