@@ -12,6 +12,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..spec.rubric import label_of
+
 LOW_MASS = 0.2
 
 
@@ -29,15 +31,20 @@ def decision_table(decision: Any) -> Group:
             table.add_row(name, Text("—", style="dim"), "", "", Text(field.reason, style="dim"), str(field.round))
             continue
         ranked = sorted(field.probabilities.items(), key=lambda item: -item[1])
+        # A derived field's answer is its rule applied to the decided answers, which need not be the
+        # most probable value of its distribution: show the answer's own probability and the best other.
+        shown = ranked[0][0] if field.abstained or field.value is None else label_of(field.value)
+        p_shown = field.probabilities.get(shown, ranked[0][1])
+        others = [(label, p) for label, p in ranked if label != shown]
         answer = "abstained" if field.abstained else _label(field.value)
         if field.expected_value is not None:
             answer += f" (mean {field.expected_value:.1f})"
-        runner = f"{ranked[1][0]} {ranked[1][1]:.2f}" if len(ranked) > 1 else ""
+        runner = f"{others[0][0]} {others[0][1]:.2f}" if others else ""
         if field.candidate_mass is None:
             mass = Text(field.method, style="dim")  # a derived field: computed, not read
         else:
             mass = Text(f"{field.candidate_mass:.2f}", style="red" if field.candidate_mass < LOW_MASS else "")
-        table.add_row(name, answer, f"{ranked[0][1]:.2f}", mass, runner, str(field.round))
+        table.add_row(name, answer, f"{p_shown:.2f}", mass, runner, str(field.round))
     s = decision.stats
     corrections = sorted({f.debias for f in decision.fields.values() if f.asked and f.debias != "none"})
     footer = Text(
