@@ -48,7 +48,7 @@ def run(
     ] = None,
     output_path: Annotated[
         Path | None,
-        typer.Option("--output", help="Where --input results go (JSONL, one per line with its id). Reruns resume.", show_default=False),
+        typer.Option("--output", help="Where --input results go (JSONL, one per line with its id and the rubric's name). Reruns resume.", show_default=False),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table (--text).")] = False,
     model: ModelOption = None,
@@ -90,10 +90,11 @@ def run(
     usage = _usage_problem(text, input_path, output_path, executor, text_column=text_column, id_column=id_column,
                            address=address, num_actors=num_actors)
     if usage:
-        say(err, f"run: {usage}")
+        say(err, f"error: {usage}")
         raise typer.Exit(2)
     if input_path is not None and not input_path.is_file():
-        say(err, f"run: input file not found: {input_path}")
+        found = "is a folder" if input_path.is_dir() else "not found"
+        say(err, f"error: input file {found}: {input_path}")
         raise typer.Exit(1)
     target = load_target(ctx, rubric_ref, err)
     calibration = guarded(ctx, err, lambda: calibration_beside(rubric_ref))
@@ -106,6 +107,8 @@ def run(
 
         # A bad file (a missing column, a duplicate id) is refused before the model loads.
         guarded(ctx, err, lambda: read_rows(input_path, text_column=text_column, id_column=id_column))
+        assert output_path is not None
+        _check_output(ctx, err, target, input_path, output_path)
     if executor is Executor.ray:
         from ..scale import RayOptions
 
@@ -139,6 +142,21 @@ def run(
         engine, target, input_path, output_path, calibration=calibration,
         text_column=text_column, id_column=id_column, progress=progress,
     ), output_path)
+
+
+def _check_output(ctx: typer.Context, err: Any, target: Any, input_path: Path, output_path: Path) -> None:
+    """Refuse an --output this run cannot resume into before the model loads (exit 2, like a usage
+    error): the input file itself, a folder, another format's name, a place that cannot be written, or
+    a file holding anything but this rubric's result records. Nothing is written or rewritten."""
+    from ..runtime.resumable_jsonl import OutputIdentity, OutputRefused, check_output
+
+    try:
+        check_output(output_path, source=input_path, identity=OutputIdentity.of(target))
+    except (OutputRefused, OSError) as error:  # OSError: e.g. an existing output that cannot be read
+        if ctx.obj.debug:
+            raise
+        say(err, f"error: {error}")
+        raise typer.Exit(2) from None
 
 
 def _decide_file_with_progress(ctx: typer.Context, err: Any, label: str, decide: Any, output_path: Path) -> None:

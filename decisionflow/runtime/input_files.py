@@ -12,7 +12,8 @@
 
 Ids are compared as strings (`7` and `"7"` are the same id), and every file is checked up front: a
 duplicate id is refused naming both rows, before anything is decided, so each row gets exactly one
-result.
+result. Each row also keeps its id as the file gave it (`InputRow.given_id`: an integer stays an
+integer, a row without an id has its line or row number, an integer), which is what output records carry.
 """
 
 from __future__ import annotations
@@ -34,9 +35,18 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 @dataclass(frozen=True)
 class InputRow:
     id: str
+    """The id as ids are compared (`7` and `"7"` are the same id): always a string."""
     payload: Any
     line: int
     """The JSONL line, or the CSV/Parquet row number (1 = the first row of data)."""
+    given_id: str | int | None = None
+    """The id with the type the file gave it (a JSONL or Parquet integer stays an integer; a row
+    without an id has its line or row number); None means `id`."""
+
+    @property
+    def output_id(self) -> str | int:
+        """The id an output record carries: the id as the input gave it."""
+        return self.id if self.given_id is None else self.given_id
 
 
 @dataclass(frozen=True)
@@ -89,7 +99,7 @@ def _with_unique_ids(cells: Iterable[_Cell]) -> list[InputRow]:
                 "ids must be unique so each row gets exactly one result"
             )
         first_seen[row_id] = cell.ordinal
-        rows.append(InputRow(row_id, cell.payload, cell.number))
+        rows.append(InputRow(row_id, cell.payload, cell.number, raw_id))
     return rows
 
 

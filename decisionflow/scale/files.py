@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..runtime.input_files import read_rows
-from ..runtime.resumable_jsonl import BatchSummary, ResumableOutput
+from ..runtime.resumable_jsonl import BatchSummary, OutputIdentity, ResumableOutput
 from .actor import ERROR_OUT, ID_OUT, RESULT_OUT
 from .dataset import RayOptions, connect, decide_dataset, import_ray
 
@@ -37,8 +37,10 @@ def decide_file_on_ray(
     rows = read_rows(source, text_column=text_column, id_column=id_column)
     ray = import_ray()
     decided = failed = 0
-    with ResumableOutput(output) as out:
+    with ResumableOutput(output, OutputIdentity.of(target), source=Path(source)) as out:
         todo = out.pending(rows, progress)
+        # Ids travel through Ray as strings; records carry them with the type the input gave them.
+        given_ids = {row.id: row.output_id for row in todo}
         skipped = len(rows) - len(todo)
         if todo:
             started = connect(options)
@@ -50,7 +52,7 @@ def decide_file_on_ray(
                     calibration=calibration, payload_is_json=True,
                 )
                 for batch in results.iter_batches(batch_size=None, batch_format="numpy"):
-                    records = list(_records(batch))
+                    records = list(_records(batch, given_ids))
                     out.write_chunk(records)
                     failed += sum("error" in record for record in records)
                     decided += sum("error" not in record for record in records)
@@ -62,9 +64,10 @@ def decide_file_on_ray(
     return BatchSummary(total=len(rows), decided=decided, skipped=skipped, failed=failed, repaired=out.repaired)
 
 
-def _records(batch: dict[str, Any]) -> Any:
+def _records(batch: dict[str, Any], given_ids: dict[str, str | int]) -> Any:
     for row_id, result, error in zip(batch[ID_OUT], batch[RESULT_OUT], batch[ERROR_OUT]):
+        given = given_ids.get(str(row_id), str(row_id))
         if isinstance(result, str):
-            yield {"id": str(row_id), **json.loads(result)}
+            yield {"id": given, **json.loads(result)}
         else:
-            yield {"id": str(row_id), "error": str(error)}
+            yield {"id": given, "error": str(error)}

@@ -27,4 +27,4 @@ def test_failures_keep_their_exit_codes_and_messages(tmp_path):
     assert "missing.yaml" in missing.stderr
     usage = _cli("run", "workflows/sentiment.yaml")  # neither --text nor --input
     assert usage.returncode == 2
-    assert "run:" in usage.stderr
+    assert usage.stderr.strip() == "error: give exactly one of --text or --input"

@@ -132,7 +132,7 @@ def test_a_validator_that_refuses_answers_is_an_error_line_and_a_row_record(tmp_
     batch = invoke("run", f"{module}:Review", "--input", str(source), "--output", str(output))
     assert batch.exit_code == 1 and "0 decided" in batch.output and "2 failed" in batch.output
     records = [json.loads(line) for line in output.read_text().splitlines()]
-    assert [r["id"] for r in records] == ["1", "2"]
+    assert [r["id"] for r in records] == [1, 2]  # integer ids stay integers
     assert all("second opinion" in r["error"] for r in records)
 
 

@@ -15,11 +15,20 @@ from pathlib import Path
 import pytest
 
 from decisionflow.errors import DataError
-from decisionflow.runtime.resumable_jsonl import decide_file, read_rows, recover_output
+from decisionflow.runtime.resumable_jsonl import (
+    OutputIdentity,
+    OutputRefused,
+    ResumableOutput,
+    check_output,
+    decide_file,
+    read_rows,
+    recover_output,
+)
 from decisionflow.spec.yaml_rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTIMENT = ROOT / "workflows" / "sentiment.yaml"
+TRIAGE = ROOT / "workflows" / "support_triage.yaml"
 
 
 def write_lines(path: Path, rows: list) -> Path:
@@ -53,14 +62,132 @@ def test_recovery_drops_a_torn_tail_errors_and_duplicates(tmp_path):
         b'{"id": "1", "value": {}}\n'
         b'{"id": "2", "error": "the input is empty"}\n'
         b'{"id": "1", "value": {"again": true}}\n'
-        b'garbage that is not json\n'
-        b'{"id": "3", "value": {}}\n'
+        b'\n'
+        b'{"id": 3, "value": {}}\n'
         b'{"id": "4", "val'
     )
     done, dropped = recover_output(out)
     assert done == {"1", "3"} and dropped == 4
-    assert [r["id"] for r in records(out)] == ["1", "3"]
+    assert [r["id"] for r in records(out)] == ["1", 3]
     assert recover_output(out) == ({"1", "3"}, 0)  # a clean file is left as it is
+
+
+# -- the output must be this run's own -----------------------------------------------------------
+
+SENTIMENT_RECORD = {"id": "a", "value": {"sentiment": "positive"}}
+
+
+def identity_of(path: Path) -> OutputIdentity:
+    return OutputIdentity.of(load_rubric(path))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"a note\nanother note\n", "out.jsonl:1: not JSON"),
+        (b'{"id": "1", "value": {}}\ngarbage that is not json\n{"id": "3", "value": {}}\n', "out.jsonl:2: not JSON"),
+        (b'{"id": 1, "text": "an input line, not a result"}\n', "out.jsonl:1: not a result record"),
+        (b'{"id": 1, "value": {}, "error": "both"}\n', "out.jsonl:1: not a result record"),
+        (b'[1, 2]\n', "out.jsonl:1: not a result record"),
+        (b'{"id": "1", "value": {}}\na last line, not a record cut short', "out.jsonl:2: not a result record, nor one cut short"),
+    ],
+)
+def test_an_output_holding_other_lines_is_refused_and_left_alone(tmp_path, content, message):
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(content)
+    with pytest.raises(OutputRefused, match=re.escape(message)):
+        recover_output(out)
+    with pytest.raises(OutputRefused, match=re.escape(message)):
+        check_output(out)
+    assert out.read_bytes() == content
+
+
+def test_output_records_of_another_rubric_are_refused_naming_both(tmp_path):
+    sentiment, triage = identity_of(SENTIMENT), identity_of(TRIAGE)
+    out = tmp_path / "out.jsonl"
+    with ResumableOutput(out, sentiment) as output:
+        output.write_chunk([SENTIMENT_RECORD])
+    line = json.loads(out.read_text())
+    assert line["rubric"] == "sentiment" and line["rubric_fingerprint"] == sentiment.fingerprint
+    assert list(line)[:3] == ["id", "rubric", "rubric_fingerprint"]
+    before = out.read_bytes()
+    with pytest.raises(OutputRefused) as refused:
+        recover_output(out, triage)
+    message = str(refused.value)
+    assert "'sentiment'" in message and "'support_triage'" in message
+    assert sentiment.fingerprint in message and triage.fingerprint in message
+    assert out.read_bytes() == before
+    assert recover_output(out, sentiment) == ({"a"}, 0)
+
+
+def test_a_changed_rubric_is_refused_as_it_was_and_as_it_is(tmp_path):
+    changed = tmp_path / "sentiment.yaml"
+    changed.write_text(SENTIMENT.read_text().replace("options: [negative, positive]", "options: [negative, neutral, positive]"))
+    before, after = identity_of(SENTIMENT), identity_of(changed)
+    assert before.rubric == after.rubric and before.fingerprint != after.fingerprint
+    out = tmp_path / "out.jsonl"
+    with ResumableOutput(out, before) as output:
+        output.write_chunk([SENTIMENT_RECORD])
+    with pytest.raises(OutputRefused, match="as it was .* not as it is now .*the rubric changed"):
+        check_output(out, identity=after)
+
+
+def test_records_written_before_they_named_their_rubric_still_resume(tmp_path):
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"id": "a", "value": {"sentiment": "positive"}}\n{"id": "b", "error": "the input is empty"}\n')
+    assert recover_output(out, identity_of(SENTIMENT)) == ({"a"}, 1)
+    # ... unless they name a field the rubric does not have: another rubric's output.
+    with pytest.raises(OutputRefused, match="field 'sentiment', which rubric 'support_triage' does not have"):
+        recover_output(out, identity_of(TRIAGE))
+
+
+def test_the_input_file_a_folder_or_another_format_is_refused_as_output(tmp_path):
+    source = write_lines(tmp_path / "in.jsonl", [{"id": 1, "text": "a"}])
+    with pytest.raises(OutputRefused, match="is the input file"):
+        check_output(source, source=source)
+    (tmp_path / "link.jsonl").symlink_to(source)
+    with pytest.raises(OutputRefused, match="is the input file"):
+        check_output(tmp_path / "link.jsonl", source=source)
+    with pytest.raises(OutputRefused, match="is a folder"):
+        check_output(tmp_path, source=source)
+    for name in ("out.csv", "out.parquet", "out.jsonl.gz"):
+        with pytest.raises(OutputRefused, match="the output is JSONL"):
+            check_output(tmp_path / name)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OutputRefused, match="is a file"):
+        check_output(tmp_path / "file" / "deeper" / "out.jsonl")
+    check_output(tmp_path / "new" / "folders" / "out.jsonl")  # missing folders are created when the run starts
+    check_output(tmp_path / "out.ndjson")
+    assert source.read_text() == '{"id": 1, "text": "a"}\n'
+
+
+def test_an_output_that_cannot_be_written_is_refused(tmp_path, monkeypatch):
+    import decisionflow.runtime.resumable_jsonl as resumable
+
+    monkeypatch.setattr(resumable.os, "access", lambda *args, **kwargs: False)  # as a user without permission
+    with pytest.raises(OutputRefused, match="no permission to create the output in"):
+        check_output(tmp_path / "out.jsonl")
+    (tmp_path / "out.jsonl").write_text("")
+    with pytest.raises(OutputRefused, match="no permission to read and write the output"):
+        check_output(tmp_path / "out.jsonl")
+
+
+def test_decide_file_refuses_its_input_as_output_before_deciding(tmp_path):
+    source = write_lines(tmp_path / "in.jsonl", [{"id": 1, "text": "a"}])
+
+    class NoEngine:
+        def decide_each(self, *args, **kwargs):
+            raise AssertionError("nothing is decided into a refused output")
+
+    with pytest.raises(OutputRefused, match="is the input file"):
+        decide_file(NoEngine(), load_rubric(SENTIMENT), source, source)
+    assert source.read_text() == '{"id": 1, "text": "a"}\n'
+
+
+def test_output_ids_keep_the_type_the_input_gave_them(tmp_path):
+    source = write_lines(tmp_path / "in.jsonl", [{"id": 0, "text": "a"}, {"id": "x", "text": "b"}, {"text": "c"}])
+    assert [row.output_id for row in read_rows(source)] == [0, "x", 3]
+    assert [row.id for row in read_rows(source)] == ["0", "x", "3"]
 
 
 @pytest.mark.model

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow.runtime.resumable_jsonl import decide_file
+from decisionflow.runtime.resumable_jsonl import decide_file, rubric_fingerprint
 from decisionflow.spec.yaml_rubric import load_rubric
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -119,6 +119,9 @@ def test_ray_runs_give_the_plain_answers_with_every_id_once(engine, tmp_path):
     assert summary in " ".join(result["stderr"].split()), result["stderr"][-3000:]
     on_ray = records(cli_out)
     assert sorted(on_ray) == sorted(ids)
+    assert {(r["rubric"], r["rubric_fingerprint"]) for r in on_ray.values()} == {
+        (r["rubric"], r["rubric_fingerprint"]) for r in plain.values()
+    } == {(rubric.name, rubric_fingerprint(rubric))}
     for row_id in ids:
         same_decision(on_ray[row_id], plain[row_id])
 
