@@ -59,6 +59,7 @@ def json_schema(rubric: Rubric) -> dict[str, Any]:
     key order and layout stay fixed.
     """
     properties: dict[str, Any] = {}
+    optional = rubric.optional_fields
     for spec in rubric:
         if spec.kind is FieldKind.BOOLEAN:
             allowed: list[Any] = [True, False]
@@ -68,7 +69,7 @@ def json_schema(rubric: Rubric) -> dict[str, Any]:
             allowed = answer_ids(len(spec.values))
         else:
             allowed = list(spec.values)
-        if spec.when is not None:
+        if spec.name in optional:
             allowed.append(None)
         properties[spec.name] = {"enum": allowed}
     return {

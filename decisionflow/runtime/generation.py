@@ -82,7 +82,8 @@ def parse_answer(rubric: Rubric, text: str) -> tuple[bool, dict[str, Value | Non
     Valid means: the text starts with one JSON object (anything after its closing brace is ignored,
     since generation stops on the token that closes it), with no duplicate or unknown keys, every
     unconditional field present, and every value allowed (JSON booleans, integers in range, exact
-    labels). Fields with a `when` condition may be absent or null. Nothing is repaired.
+    labels). Fields that can be left unanswered (`Rubric.optional_fields`: a `when` condition, or
+    `options_by` options that some parent answer does not offer) may be absent or null. Nothing is repaired.
     """
     try:
         data, _ = json.JSONDecoder(object_pairs_hook=_no_duplicates).raw_decode(text.lstrip())
@@ -94,9 +95,10 @@ def parse_answer(rubric: Rubric, text: str) -> tuple[bool, dict[str, Value | Non
     if unknown:
         return False, None, f"unknown key {unknown[0]!r}"
     values: dict[str, Value | None] = {}
+    optional = rubric.optional_fields
     for spec in rubric:
         if spec.name not in data or data[spec.name] is None:
-            if spec.when is None:
+            if spec.name not in optional:
                 return False, None, f"missing key {spec.name!r}"
             values[spec.name] = None
             continue

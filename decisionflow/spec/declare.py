@@ -34,10 +34,10 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from .problems import RubricError, problems_from_validation, rubric_error
+from .problems import RubricError, problem, problems_from_validation, rubric_error
 from .derived import CodeRule
 from .rubric import DECLARATION, AnswerFormat, FieldKind, FieldSpec, Rubric, label_of
-from .text import shown
+from .text import listing, shown
 
 ModelT = TypeVar("ModelT", bound=type[BaseModel])
 
@@ -234,7 +234,7 @@ def model_for(rubric: Rubric) -> type[BaseModel]:
         definitions: dict[str, Any] = {}
         for spec in rubric:
             annotation = _annotation_for(spec)
-            if spec.when is None:
+            if spec.name not in rubric.optional_fields:
                 definitions[spec.name] = (annotation, Field(description=spec.question))
             else:
                 definitions[spec.name] = (annotation | None, Field(default=None, description=spec.question))
@@ -286,11 +286,12 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
     source = source_of(model)
     _require_resolved_annotations(model, source)
     fields = {}
+    problems = []
     for field_name, info in model.model_fields.items():
         try:
-            fields[field_name] = _field_data(model, field_name, info)
+            fields[field_name] = _field_data(model, field_name, info, source)
         except _DeclarationError as error:
-            raise rubric_error(source, f"fields.{field_name}", str(error)) from None
+            problems.append(problem(source, f"fields.{field_name}", str(error)))
     data = {
         "name": name if name is not None else _snake_case(model.__name__),
         "instructions": instructions if instructions is not None else _docstring(model),
@@ -302,9 +303,47 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
         "fields": fields,
     }
     try:
-        return Rubric.model_validate(data, context=DECLARATION)
+        rubric = Rubric.model_validate(data, context=DECLARATION)
     except ValidationError as error:
-        raise RubricError(problems_from_validation(error, source=source)) from None
+        # Every field's own problems are reported together. With some fields left out (they could not be
+        # declared), the checks across fields wait: those fields would read as unknown to the others.
+        problems += problems_from_validation(error, source=source, each_field_alone=bool(problems))
+        raise RubricError(problems) from None
+    if problems:
+        raise RubricError(problems)
+    problems = [problem(source, f"fields.{name}", reason) for name, reason in _unanswered_but_required(model, rubric)]
+    if problems:
+        raise RubricError(problems)
+    return rubric
+
+
+def _unanswered_but_required(model: type[BaseModel], rubric: Rubric) -> list[tuple[str, str]]:
+    """Fields the engine can leave unanswered (None) through `options_by` that the class requires: the
+    engine's None would be refused by the class at decision time. (A `when=` field is refused earlier.)"""
+    found = []
+    for name in rubric.optional_fields:
+        spec = rubric.fields[name]
+        info = model.model_fields[name]
+        if spec.options_by is None or spec.when is not None:
+            continue
+        annotation, optional = _strip_optional(info.annotation)
+        if optional and not info.is_required() and info.default is None:
+            continue
+        parent = rubric.fields[spec.options_by.field]
+        missing = [label for label in parent.labels if label not in spec.options_by.options]
+        if missing:
+            cause = (f"its parent {spec.options_by.field!r} answers {listing(missing, repr, 5)}, which "
+                     f"{'offers' if len(missing) == 1 else 'offer'} no options")
+            remedy = f"; or give every answer of {spec.options_by.field!r} its options"
+        else:
+            cause = f"its parent {spec.options_by.field!r} is left unanswered"
+            remedy = ""
+        found.append((name, (
+            f"a field with `options_by=` is left unanswered (None) when {cause}, so it must be Optional and "
+            f"default to None: `{name}: Annotated[{_type_name(annotation)} | None, ask(..., options_by=...)] = None`"
+            f"{remedy}"
+        )))
+    return sorted(found, key=lambda item: list(model.model_fields).index(item[0]))
 
 
 class _DeclarationError(Exception):
@@ -336,10 +375,10 @@ def _unresolved(annotation: Any) -> bool:
     return any(_unresolved(arg) for arg in typing.get_args(annotation))
 
 
-def _field_data(model: type[BaseModel], field_name: str, info: FieldInfo) -> dict[str, Any]:
+def _field_data(model: type[BaseModel], field_name: str, info: FieldInfo, source: str) -> dict[str, Any]:
     derived = next((item for item in info.metadata if isinstance(item, Derive)), None)
     if derived is not None:
-        return _derived_data(field_name, info, derived)
+        return _derived_data(field_name, info, derived, source)
     marker = next((item for item in info.metadata if isinstance(item, Ask)), Ask())
     question = marker.question if marker.question is not None else info.description
     if not question:
@@ -371,14 +410,15 @@ def _field_data(model: type[BaseModel], field_name: str, info: FieldInfo) -> dic
         if getattr(marker, key) is not None:
             data[key] = getattr(marker, key)
     _check_aliases(model, field_name, info)
-    _check_constraints(model, info, data, conditional=marker.when is not None)
+    # An Optional `options_by` field is answered None when its parent's answer offers no options.
+    _check_constraints(model, info, data, conditional=marker.when is not None or (marker.options_by is not None and optional))
     return data
 
 
-def _derived_data(field_name: str, info: FieldInfo, marker: Derive) -> dict[str, Any]:
+def _derived_data(field_name: str, info: FieldInfo, marker: Derive, source: str) -> dict[str, Any]:
     annotation, _ = _strip_optional(info.annotation)
     try:
-        rule = CodeRule.of(marker.function)
+        rule = CodeRule.of(marker.function, declared_in=source)
     except ValueError as error:
         raise _DeclarationError(str(error)) from None
     question = marker.question or info.description or f"computed from {', '.join(rule.reads)}"

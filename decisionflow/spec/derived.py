@@ -157,9 +157,11 @@ class CodeRule(_Rule):
     code: StrictStr
     """The function's name and a hash of its source: the rubric's identity changes when the code does."""
     function: Any = Field(default=None, exclude=True, repr=False)
+    declared_in: StrictStr | None = Field(default=None, exclude=True, repr=False)
+    """The class that declares the field, as errors name it (`package.module.Class`)."""
 
     @classmethod
-    def of(cls, function: Callable[..., Any]) -> CodeRule:
+    def of(cls, function: Callable[..., Any], declared_in: str | None = None) -> CodeRule:
         parameters = inspect.signature(function).parameters.values()
         if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in parameters):
             raise ValueError("derive(): the function's parameters must be plain names of the fields it reads")
@@ -169,7 +171,12 @@ class CodeRule(_Rule):
             source = repr(getattr(function, "__code__", function))
         digest = hashlib.sha256(source.encode()).hexdigest()[:12]
         name = getattr(function, "__qualname__", repr(function))
-        return cls(reads=tuple(p.name for p in parameters), code=f"{name}#{digest}", function=function)
+        return cls(reads=tuple(p.name for p in parameters), code=f"{name}#{digest}", function=function,
+                   declared_in=declared_in)
+
+    @property
+    def function_name(self) -> str:
+        return self.code.rsplit("#", 1)[0]
 
     def evaluate(self, answers: dict[str, Value | None]) -> Any:
         return self.function(**{name: answers.get(name) for name in self.reads})

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pydantic import BaseModel, ValidationError
 
 from ..errors import Problem, RubricError
 from .rubric import NAME_PATTERN, Condition, FieldSpec, Rubric
+from .rubric_checks import RubricProblems
 from .text import one_line, shown
 
 __all__ = ["Problem", "RubricError", "problem", "problems_from_validation", "rubric_error"]
@@ -44,26 +45,47 @@ def problems_from_validation(
     *,
     source: str,
     line_of: Callable[[Path], int | None] | None = None,
+    each_field_alone: bool = False,
 ) -> list[Problem]:
-    """Turn a `Rubric` validation error into problems; `line_of` maps a key path to its line."""
+    """Turn a `Rubric` validation error into problems; `line_of` maps a key path to its line.
+
+    `each_field_alone`: the rubric was validated without some of its fields, so only each field's own
+    problems and the settings' count; the checks across fields (and an emptied `fields`) are dropped.
+    """
     details = error.errors(include_url=False)
+    if each_field_alone:
+        details = [detail for detail in details if tuple(detail["loc"]) not in {(), ("fields",)}]
     failed_inside = {tuple(d["loc"][:end]) for d in details for end in range(len(d["loc"]))}
     problems: list[Problem] = []
-    seen: set[Path] = set()
+    seen: set[Path | tuple[Path, str]] = set()
     hints = _HINTED_UNKNOWN_KEYS
-    for detail in details:
+    for detail, several in _expanded(details):
         if detail["type"] == "too_short" and tuple(detail["loc"]) in failed_inside:
             continue  # an emptied list only because its items failed
         hint = detail["type"] == "extra_forbidden" and hints > 0
         hints -= hint
         path, message = _locate(detail, hint=hint)
-        if path in seen:
-            # One bad `when` value fails every member of `str | bool | int`; say it once.
+        # One bad `when` value fails every member of `str | bool | int`; say it once. A check that
+        # reports several problems may report more than one at a place; those differ in their message.
+        identity = (path, message) if several else path
+        if identity in seen:
             continue
-        seen.add(path)
+        seen.add(identity)
         line = line_of(path) if line_of else None
         problems.append(problem(source, ".".join(map(str, path)), message, line))
     return problems
+
+
+def _expanded(details: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], bool]]:
+    """Each error detail, with a `RubricProblems` (a check reporting several problems at once) split
+    into one detail per problem; the flag marks those."""
+    for detail in details:
+        error = (detail.get("ctx") or {}).get("error")
+        if detail["type"] == "value_error" and isinstance(error, RubricProblems):
+            for message in error.messages:
+                yield {**detail, "msg": f"Value error, {message}"}, True
+        else:
+            yield detail, False
 
 
 _RULE_TAGS = {"test", "any", "all", "not", "table", "code"}

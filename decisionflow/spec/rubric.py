@@ -26,7 +26,7 @@ from pydantic import (
 
 from .derived import Derivation
 from .kinds import AnswerFormat, Catalog, Debias, FieldKind, StrictValue, Value
-from .rubric_checks import check_derivation, find_cycle
+from .rubric_checks import RubricProblems, derivation_problems, find_cycle, may_be_unanswered
 from .text import has_visible, listing, refused_character, shown, without_invisible
 
 MAX_SCORE_LEVELS = 101
@@ -147,7 +147,10 @@ class FieldSpec(_Frozen):
             (field, per_answer), = value.items()
             if not isinstance(per_answer, dict):
                 raise ValueError(f"{shown(field)} must map each of its answers to that answer's options")
+            _check_answer_keys(per_answer, field, at=field)
             return {"field": field, "options": {k: dict(_option_items(v)) for k, v in per_answer.items()}}
+        if isinstance(value, dict) and isinstance(value.get("options"), dict):
+            _check_answer_keys(value["options"], value["field"], at="options")
         return value
 
     @field_validator("name")
@@ -408,85 +411,102 @@ class Rubric(_Frozen):
         return data
 
     @model_validator(mode="after")
-    def _check_answer_ids(self) -> Rubric:
-        if self.answer_format is AnswerFormat.IDS:
-            for key, spec in self.fields.items():
-                if spec.options_by is not None:
-                    raise ValueError(f"fields.{key}.options_by: options that depend on a parent's answer need "
-                                     "`answer_format: labels` (an id would name a different option per answer)")
-                if spec.kind is FieldKind.CHOICE and len(spec.options or {}) > MAX_ANSWER_IDS:
-                    raise ValueError(
-                        f"fields.{key}.options: {len(spec.options or {})} options, but `answer_format: ids` "
-                        f"has only {MAX_ANSWER_IDS} short ids (A..Z, AA..ZZ); use `answer_format: labels` "
-                        "or fewer options"
-                    )
-        return self
-
-    @model_validator(mode="after")
-    def _check_references(self) -> Rubric:
+    def _check_across_fields(self) -> Rubric:
+        """The checks that span fields, run once every field on its own is valid; every problem they
+        find is reported (one `RubricProblems`), not only the first."""
+        problems: list[str] = []
         known = listing(self.fields, str)
         for key, spec in self.fields.items():
-            if spec.name != key:
-                raise ValueError(f"fields.{key}: field {shown(key)} is named {shown(spec.name)}")
-            for dep in spec.after:
-                if dep not in self.fields:
-                    raise ValueError(f"fields.{key}.after: unknown field {shown(dep)} (fields: {known})")
-            if spec.when is not None:
-                target = self.fields.get(spec.when.field)
-                if target is None:
-                    raise ValueError(
-                        f"fields.{key}.when: unknown field {shown(spec.when.field)} (fields: {known})"
-                    )
-                if spec.when.field == key:
-                    raise ValueError(f"fields.{key}.when: a field cannot depend on its own answer")
+            problems += self._reference_problems(key, spec, known)
+            problems += self._orchestration_problems(key, spec)
+            problems += self._answer_id_problems(key, spec)
+        cycle = find_cycle({k: s.dependencies for k, s in self.fields.items()})
+        if cycle:
+            problems.append(f"fields.{cycle[0]}: dependency cycle " + " -> ".join(cycle))
+        if all(spec.derive is not None for spec in self):
+            problems.append("fields: every field is derived; at least one must be asked of the model")
+        if problems:
+            raise RubricProblems(problems)
+        return self
+
+    def _answer_id_problems(self, key: str, spec: FieldSpec) -> Iterator[str]:
+        if self.answer_format is not AnswerFormat.IDS:
+            return
+        if spec.options_by is not None:
+            yield (f"fields.{key}.options_by: options that depend on a parent's answer need "
+                   "`answer_format: labels` (an id would name a different option per answer)")
+        if spec.kind is FieldKind.CHOICE and len(spec.options or {}) > MAX_ANSWER_IDS:
+            yield (f"fields.{key}.options: {len(spec.options or {})} options, but `answer_format: ids` "
+                   f"has only {MAX_ANSWER_IDS} short ids (A..Z, AA..ZZ); use `answer_format: labels` "
+                   "or fewer options")
+
+    def _reference_problems(self, key: str, spec: FieldSpec, known: str) -> Iterator[str]:
+        """Names of fields the rubric lacks (`known` lists those it has), or of the field itself, and
+        `when` values their field cannot give."""
+        if spec.name != key:
+            yield f"fields.{key}: field {shown(key)} is named {shown(spec.name)}"
+        for dep in spec.after:
+            if dep not in self.fields:
+                yield f"fields.{key}.after: unknown field {shown(dep)} (fields: {known})"
+        if spec.when is not None:
+            target = self.fields.get(spec.when.field)
+            if target is None:
+                yield f"fields.{key}.when: unknown field {shown(spec.when.field)} (fields: {known})"
+            elif spec.when.field == key:
+                yield f"fields.{key}.when: a field cannot depend on its own answer"
+            else:
                 allowed = target.values
                 for value in spec.when.values:
                     if not any(value == a and type(value) is type(a) for a in allowed):
                         # The coercion policy: `"true"` or `1` is not the answer `true`; say how to write it.
                         same_text = next((a for a in allowed if label_of(a) == label_of(value)), None)
                         hint = "" if same_text is None else f"; the answer is {_written(same_text)}, of another type"
-                        raise ValueError(
-                            f"fields.{key}.when: {shown(value)} is not an allowed answer of "
-                            f"{spec.when.field!r} (allowed: {listing(allowed, repr)}){hint}"
-                        )
-            for dep, where in ([(spec.options_by.field, "options_by")] if spec.options_by else []) + [
-                (read, "derive") for read in (spec.derive.reads if spec.derive else ())
-            ]:
-                if dep not in self.fields:
-                    raise ValueError(f"fields.{key}.{where}: unknown field {shown(dep)} (fields: {known})")
-                if dep == key:
-                    raise ValueError(f"fields.{key}.{where}: a field cannot depend on its own answer")
-        cycle = find_cycle({k: s.dependencies for k, s in self.fields.items()})
-        if cycle:
-            raise ValueError(f"fields.{cycle[0]}: dependency cycle " + " -> ".join(cycle))
-        for key, spec in self.fields.items():
-            self._check_orchestration_of(key, spec)
-        if all(spec.derive is not None for spec in self):
-            raise ValueError("fields: every field is derived; at least one must be asked of the model")
-        return self
+                        yield (f"fields.{key}.when: {shown(value)} is not an allowed answer of "
+                               f"{spec.when.field!r} (allowed: {listing(allowed, repr)}){hint}")
+        reported: set[tuple[str, str]] = set()
+        for dep, where in ([(spec.options_by.field, "options_by")] if spec.options_by else []) + [
+            (read, "derive") for read in (spec.derive.reads if spec.derive else ())
+        ]:
+            if (dep, where) in reported:
+                continue
+            reported.add((dep, where))
+            if dep not in self.fields:
+                yield f"fields.{key}.{where}: unknown field {shown(dep)} (fields: {known})"
+            elif dep == key:
+                yield f"fields.{key}.{where}: a field cannot depend on its own answer"
 
-    def _check_orchestration_of(self, key: str, spec: FieldSpec) -> None:
-        if spec.options_by is not None:
+    def _orchestration_problems(self, key: str, spec: FieldSpec) -> Iterator[str]:
+        """`options_by` answers, `marginalize` and derivation rules against the fields they name; a check
+        that needs a field the reference checks refuse (unknown, or the field itself) is skipped."""
+        if spec.options_by is not None and self._usable(spec.options_by.field, key):
             parent = self.fields[spec.options_by.field]
             answers = set(parent.labels)
             for answer in spec.options_by.options:
                 if answer not in answers:
-                    raise ValueError(
-                        f"fields.{key}.options_by.{spec.options_by.field}: {shown(answer)} is not an answer of "
-                        f"{spec.options_by.field!r} (answers: {listing(parent.labels, str)})"
-                    )
-        if spec.marginalize is not None:
-            parent = self.fields[spec.parent]  # type: ignore[index]
+                    yield (f"fields.{key}.options_by.{spec.options_by.field}: {shown(answer)} is not an answer of "
+                           f"{spec.options_by.field!r} (answers: {listing(parent.labels, str)})")
+        if spec.marginalize is not None and spec.parent is not None and self._usable(spec.parent, key):
+            parent = self.fields[spec.parent]
             if parent.derive is not None:
-                raise ValueError(f"fields.{key}.marginalize: its parent {spec.parent!r} is derived, not read from the model")
-            if spec.marginalize > len(parent.values):
-                raise ValueError(f"fields.{key}.marginalize: {spec.marginalize} hypotheses, but {spec.parent!r} has "
-                                 f"only {len(parent.values)} answers")
+                yield f"fields.{key}.marginalize: its parent {spec.parent!r} is derived, not read from the model"
+            elif spec.marginalize > len(parent.values):
+                yield (f"fields.{key}.marginalize: {spec.marginalize} hypotheses, but {spec.parent!r} has "
+                       f"only {len(parent.values)} answers")
         if spec.derive is not None:
-            check_derivation(key, spec, self.fields)
+            yield from derivation_problems(key, spec, self.fields)
+
+    def _usable(self, name: str, key: str) -> bool:
+        return name in self.fields and name != key
 
     def derived_fields(self) -> tuple[str, ...]:
         return tuple(name for name, spec in self.fields.items() if spec.derive is not None)
+
+    @cached_property
+    def optional_fields(self) -> frozenset[str]:
+        """Fields that can be left unanswered (None): a `when` field, and an `options_by` field whose
+        parent can give an answer that offers no options, or can be left unanswered itself."""
+        memo: dict[str, bool] = {}
+        return frozenset(name for name in self.fields if may_be_unanswered(self.fields, name, memo))
 
     def __iter__(self) -> Iterator[FieldSpec]:  # type: ignore[override]
         return iter(self.fields.values())
@@ -501,6 +521,26 @@ class Rubric(_Frozen):
     def key(self) -> str:
         """A stable identity for caches keyed by rubric content (computed once per instance)."""
         return self.model_dump_json()
+
+
+def _check_answer_keys(per_answer: dict[Any, Any], parent: Any, *, at: Any) -> None:
+    """`options_by` keys are the parent's answers written as labels (strings): `'true'`, `'3'`. Each key
+    that is not is located where it was written (`options_by.flag.true`), not at the model's own path."""
+    problems = []
+    for key in per_answer:
+        if isinstance(key, str):
+            continue
+        written = _written(key) if isinstance(key, (bool, int)) else None
+        message = (f"key must be a string, got {shown(key)}: `options_by` names each answer of {shown(parent)} "
+                   "by its label" + (f"; write it quoted, '{written}'" if written is not None else ""))
+        places = [f"{at}.{written}" if written is not None else None, at]
+        location = next((p for p in places if isinstance(p, str) and _DOTTED.fullmatch(p)), None)
+        problems.append(f"{location}: {message}" if location else message)
+    if problems:
+        raise RubricProblems(problems)
+
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.\w+)*")
 
 
 def _written(value: Value) -> str:

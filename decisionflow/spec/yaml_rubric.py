@@ -174,11 +174,11 @@ def _rubric_data(rubric: Rubric) -> dict[str, Any]:
         if key != "fields" and value != info.default:
             data[key] = _plain(value)
     # Fields last: the settings above read as a header.
-    data["fields"] = {name: _field_data(spec) for name, spec in rubric.fields.items()}
+    data["fields"] = {name: _field_data(spec, rubric) for name, spec in rubric.fields.items()}
     return data
 
 
-def _field_data(spec: FieldSpec) -> dict[str, Any]:
+def _field_data(spec: FieldSpec, rubric: Rubric) -> dict[str, Any]:
     data: dict[str, Any] = {}
     keys = sorted(FieldSpec.model_fields, key=lambda key: _FIELD_KEY_ORDER.get(key, len(_FIELD_KEY_ORDER)))
     for key in keys:
@@ -193,9 +193,11 @@ def _field_data(spec: FieldSpec) -> dict[str, Any]:
                                    for answer, options in value.options.items()}}
         elif key == "derive":
             if isinstance(value, CodeRule):
+                # Named by the class that declares it (the rubric's name when the rule was built elsewhere).
                 raise RubricError.one(
-                    spec.name, f"fields.{spec.name}.derive",
-                    "a field derived by Python code cannot be written as YAML; write its rule as a rule table",
+                    value.declared_in or rubric.name, f"fields.{spec.name}.derive",
+                    f"the field {spec.name!r} is derived by the Python function {value.function_name}, which "
+                    "cannot be written as YAML; write its rule as a rule table",
                 )
             value = value.model_dump(mode="json", by_alias=True, exclude_none=True)
         elif key == "options":
@@ -283,6 +285,13 @@ def _key_identity(node: yaml.ScalarNode) -> Any:
     return ("value", value)
 
 
+def _index_of(part: str | int) -> int | None:
+    """A path part as a list index: an int, or the digits a message's dotted location writes."""
+    if isinstance(part, int):
+        return part if part >= 0 else None
+    return int(part) if part.isdigit() and part.isascii() else None
+
+
 class _LineIndex:
     """Lines of key paths in the file, each mapping indexed once when first asked about (linear time
     for any number of problems)."""
@@ -300,8 +309,9 @@ class _LineIndex:
                 if match is None:
                     break
                 line, node = match
-            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-                node = node.value[part]
+            elif isinstance(node, yaml.SequenceNode) and (index := _index_of(part)) is not None and index < len(node.value):
+                # An item's index, also as a check's message names it (`derive.rules.2`).
+                node = node.value[index]
                 line = node.start_mark.line + 1
             else:
                 break

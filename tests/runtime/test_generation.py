@@ -43,6 +43,23 @@ def test_conditional_field_may_be_absent_or_null(conditional):
     assert values["refund_amount"] is None
 
 
+def test_an_options_by_field_a_parent_answer_offers_nothing_may_be_null_and_appears_so_in_the_schema():
+    from decisionflow.bench.baselines import json_schema
+
+    rubric = Rubric.model_validate({"name": "areas", "fields": {
+        "area": {"kind": "choice", "question": "Area", "options": ["bank", "travel", "other"]},
+        "intent": {"kind": "choice", "question": "Intent",
+                   "options_by": {"area": {"bank": ["balance", "transfer"], "travel": ["flight", "hotel"]}}},
+    }})
+    valid, values, reason = parse_answer(rubric, '{"area": "other", "intent": null}')
+    assert valid, reason
+    assert values == {"area": "other", "intent": None}
+    valid, _, reason = parse_answer(rubric, '{"intent": "flight"}')
+    assert not valid and "area" in reason
+    assert None in json_schema(rubric)["properties"]["intent"]["enum"]
+    assert None not in json_schema(rubric)["properties"]["area"]["enum"]
+
+
 @pytest.mark.parametrize(
     ("text", "why"),
     [
