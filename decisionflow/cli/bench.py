@@ -17,7 +17,7 @@ from .common import DeviceOption, DtypeOption, say, stderr
 
 def bench_command(
     data: Annotated[Path | None, typer.Option(help="A folder holding pcd_presets/ (default: $DECISIONFLOW_DATA, else the presets shipped with decisionflow).", show_default=False)] = None,
-    out: Annotated[Path | None, typer.Option(help="Write bench.json and PNG plots to this folder.", show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option(help="Write bench.json, bench.md and PNG plots to this folder.", show_default=False)] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Two small workloads, one repeat of the slow baselines (a few minutes on 2 cores).")] = False,
     repeats: Annotated[int | None, typer.Option(min=1, help="Timed runs per method and workload (default 5, quick 3).", show_default=False)] = None,
     slow_repeats: Annotated[int | None, typer.Option(min=1, help="Timed runs of the generation and per-field baselines (default 2, quick 1).", show_default=False)] = None,

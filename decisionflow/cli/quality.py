@@ -17,6 +17,7 @@ from rich.console import Console
 from ..errors import CalibrationError, DataError
 from ..quality.labelled import (
     LabelledRow,
+    gold_warnings,
     load_labelled,
     parse_slice,
     resolve_fields,
@@ -28,6 +29,7 @@ from .common import (
     DtypeOption,
     LoaderOption,
     ModelOption,
+    RubricRef,
     ThreadsOption,
     calibration_beside,
     guarded,
@@ -69,7 +71,7 @@ DebiasOption = Annotated[
 
 def eval_command(
     ctx: typer.Context,
-    rubric_ref: Annotated[str, typer.Argument(metavar="RUBRIC", help="A YAML rubric, module:Class or file.py:Class.", show_default=False)],
+    rubric_ref: RubricRef,
     data: DataOption,
     field: Annotated[str | None, typer.Option(help="The field to score (default: the rubric's first field).", show_default=False)] = None,
     text_column: TextColumnOption = "text",
@@ -112,7 +114,8 @@ def eval_command(
         method = "none"
     target, rubric = _target(ctx, rubric_ref, err)
     fields = guarded(ctx, err, lambda: resolve_fields(rubric, [field] if field else None))
-    chosen = guarded(ctx, err, lambda: _rows(data, text_column, fields, [label_column] if label_column else None, rows, limit, seed))
+    chosen = guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, [label_column] if label_column else None,
+                                             rows, limit, seed, err))
     base = None if raw else guarded(ctx, err, lambda: _calibration(rubric_ref, calibration_path))
     if base is not None:
         guarded(ctx, err, lambda: base.check(rubric))
@@ -136,7 +139,7 @@ def eval_command(
 
 def calibrate_command(
     ctx: typer.Context,
-    rubric_ref: Annotated[str, typer.Argument(metavar="RUBRIC", help="A YAML rubric, module:Class or file.py:Class.", show_default=False)],
+    rubric_ref: RubricRef,
     data: Annotated[
         Path | None,
         typer.Option("--data", help="A labelled CSV file: fit a temperature (and thresholds) after the readout correction.", show_default=False),
@@ -168,7 +171,8 @@ def calibrate_command(
     ] = False,
     output: Annotated[
         Path | None,
-        typer.Option("--output", help="Where to save the calibration (default: beside a YAML rubric; required for module:Class).", show_default=False),
+        typer.Option("--output", help="Where to save the calibration (default: beside a YAML rubric file; required for a "
+                     "shipped workflow's name or module:Class).", show_default=False),
     ] = None,
     debias: DebiasOption = None,
     model: ModelOption = None,
@@ -196,13 +200,15 @@ def calibrate_command(
     method = guarded(ctx, err, lambda: _debias(debias))
     if output is None:
         if not rubric_ref.lower().endswith(YAML_SUFFIXES):
-            say(err, "calibrate: a module:Class rubric has no folder to save beside; give --output PATH")
+            say(err, f"calibrate: {rubric_ref} is not a YAML file, so there is no folder to save the calibration beside; "
+                     "give --output PATH")
             raise typer.Exit(2)
         output = Calibration.path_for(rubric_ref)
     target, rubric = _target(ctx, rubric_ref, err)
     fields = guarded(ctx, err, lambda: resolve_fields(rubric, field))
     texts = None if unlabelled is None else guarded(ctx, err, lambda: _texts(unlabelled, text_column, rows, limit, seed))
-    chosen = None if data is None else guarded(ctx, err, lambda: _rows(data, text_column, fields, label_column, rows, limit, seed))
+    chosen = None if data is None else guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, label_column,
+                                                                       rows, limit, seed, err))
     calibration = guarded(ctx, err, lambda: _existing_calibration(output, rubric))
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader))
     out = Console()
@@ -280,12 +286,16 @@ def _target(ctx: typer.Context, ref: str, err: Console) -> tuple[Any, Any]:
     return target, rubric_of(target)
 
 
-def _rows(data: Path, text_column: str, fields: list[str], columns: list[str] | None,
-          rows: str | None, limit: int | None, seed: int) -> list[LabelledRow]:
-    loaded, _ = load_labelled(data, text_column=text_column, fields=fields, given_columns=columns)
+def _rows(data: Path, rubric: Any, fields: list[str], text_column: str, columns: list[str] | None,
+          rows: str | None, limit: int | None, seed: int, err: Console) -> list[LabelledRow]:
+    """The selected labelled rows, gold labels read as the fields answer them (`True` -> `true`); a gold
+    column that holds none of its field's answers is warned about on stderr before the model loads."""
+    loaded, used = load_labelled(data, text_column=text_column, fields=fields, given_columns=columns, rubric=rubric)
     chosen = select_rows(loaded, rows_slice=parse_slice(rows), limit=limit, seed=seed)
     if any(not row.gold[name] for row in chosen for name in fields):
         raise DataError(f"{data}: some selected rows have an empty gold label")
+    for line in gold_warnings(chosen, rubric, used):
+        say(err, line)
     return chosen
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+import re
+from collections.abc import Sequence
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -100,7 +102,8 @@ def plan(
         say(console,
             f"head {data['head_tokens']} tokens (cached once per rubric); per request: "
             + (f"{data['request_tokens']} input tokens, " if "request_tokens" in data else "")
-            + f"{data['forward_passes']} forward passes, {data['row_tokens']} row tokens; layout {data['layout']}")
+            + f"{count(data['forward_passes'], 'forward pass', 'forward passes')}, {data['row_tokens']} row tokens; "
+            f"layout {data['layout']}")
 
 
 def add_token_view(data: dict, rubric: Rubric, *, model: str | None, text: str | None, exact: bool, err: Console) -> dict:
@@ -112,6 +115,9 @@ def add_token_view(data: dict, rubric: Rubric, *, model: str | None, text: str |
         tokenizer = load_tokenizer(model, status=lambda message: status.update(message))
     compiled = compile_rubric(tokenizer, rubric, mode=ReadMode.EXACT if exact else ReadMode.BRANCH)
     rows = compiled.token_view()
+    for name, field in compiled.fields.items():
+        # The decoded text would show a token that ends mid-character as U+FFFD; say its bytes instead.
+        rows[name]["row_ends"] = token_text(tokenizer, field.stem[-3:])
     rounds = []
     for round_ in data["rounds"]:
         round_rows = [{"field": name, **rows[name]} for name in round_["fields"]]
@@ -128,14 +134,68 @@ def add_token_view(data: dict, rubric: Rubric, *, model: str | None, text: str |
     return view
 
 
+def token_text(tokenizer: Any, ids: Sequence[int]) -> str:
+    """Tokens as text, with the bytes of an incomplete UTF-8 character (a token that ends or begins
+    inside one, such as the first bytes of an emoji) written `<0xF0><0x9F>`, as byte-fallback
+    vocabularies name such tokens, instead of decoding them to U+FFFD."""
+    data = token_bytes(tokenizer, ids)
+    if data is None:
+        return tokenizer.decode(list(ids), clean_up_tokenization_spaces=False)
+    return readable_bytes(data)
+
+
+def token_bytes(tokenizer: Any, ids: Sequence[int]) -> bytes | None:
+    """The bytes `ids` stand for in a byte-level vocabulary (GPT-2 style: SmolLM2, Llama 3, Qwen), or in
+    a byte-fallback one (`<0xF0>` pieces); None for other vocabularies and special tokens."""
+    from ..compiler.tokens import _bytes_to_unicode
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    pieces = tokenizer.convert_ids_to_tokens(list(ids))
+    if any(piece is None for piece in pieces) or set(ids) & set(getattr(tokenizer, "all_special_ids", ())):
+        return None
+    if backend is not None and type(backend.decoder).__name__ == "ByteLevel":
+        to_byte = {character: byte for byte, character in _bytes_to_unicode().items()}
+        if all(character in to_byte for piece in pieces for character in piece):
+            return bytes(to_byte[character] for piece in pieces for character in piece)
+        return None
+    if any(_BYTE_PIECE.fullmatch(piece) for piece in pieces):
+        # Sentencepiece pieces: `<0xNN>` is one byte, `▁` a space, anything else its own text.
+        out = bytearray()
+        for piece in pieces:
+            match = _BYTE_PIECE.fullmatch(piece)
+            out += bytes([int(match.group(1), 16)]) if match else piece.replace("\u2581", " ").encode("utf-8")
+        return bytes(out)
+    return None
+
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def readable_bytes(data: bytes) -> str:
+    """UTF-8 text, each byte that is not part of a complete character written `<0xNN>`."""
+    parts = []
+    while data:
+        try:
+            parts.append(data.decode("utf-8"))
+            break
+        except UnicodeDecodeError as error:
+            parts.append(data[: error.start].decode("utf-8"))
+            parts.extend(f"<0x{byte:02X}>" for byte in data[error.start : error.end])
+            data = data[error.end :]
+    return "".join(parts)
+
+
 def plan_json(result: Plan) -> dict:
     """The `plan --json` object; each round is a dict so per-round details can be added later."""
     return {**result.to_dict(), "forward_passes": result.forward_passes}
 
 
 def plan_table(rubric: Rubric, result: Plan, token_view: dict | None = None) -> Table:
+    """Every field: the asked ones round by round, then the derived ones (computed from the answers
+    they read, in no pass of their own)."""
+    derived = f"; {count(len(result.derived), 'derived field')}" if result.derived else ""
     table = Table(
-        title=f"{rubric.name}: {count(result.forward_passes, 'forward pass', 'forward passes')}",
+        title=f"{rubric.name}: {count(result.forward_passes, 'forward pass', 'forward passes')}{derived}",
         title_justify="left",
         box=box.SIMPLE_HEAD,
     )
@@ -164,6 +224,15 @@ def plan_table(rubric: Rubric, result: Plan, token_view: dict | None = None) -> 
                 *([str(rows[name]["row_tokens"]), Text(repr(rows[name]["row_ends"]))] if rows else []),
                 end_section=position == len(round_.fields) - 1,
             )
+    # A derived field sits on the level of its deepest input; `result.derived` computes inputs first.
+    levels = {name: round_.level for round_ in result.rounds for name in round_.fields}
+    for position, name in enumerate(result.derived):
+        spec = rubric.field(name)
+        levels[name] = max((levels.get(read, 0) for read in spec.dependencies), default=0)
+        table.add_row(
+            "derived" if position == 0 else "", str(levels[name]), "", Text(name), spec.kind.value,
+            str(_option_count(spec)), Text(_dependencies(spec)), *(["", ""] if rows else []),
+        )
     return table
 
 
@@ -174,9 +243,16 @@ def _option_count(spec: FieldSpec) -> int:
 
 
 def _dependencies(spec: FieldSpec) -> str:
+    """What a field waits for: `after`, `when`, `options_by` (and `marginalize`), or what a derived field reads."""
+    if spec.derive is not None:
+        return f"derived from {', '.join(spec.derive.reads)}"
     parts = [f"after {', '.join(spec.after)}"] if spec.after else []
     if spec.when is not None:
         # Written as in YAML, so `true` reads the same in the table and in the rubric file.
         values = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in spec.when.values)
         parts.append(f"when {spec.when.field} in [{values}]")
+    if spec.options_by is not None:
+        parts.append(f"options by {spec.options_by.field}")
+    if spec.marginalize is not None and spec.parent is not None:
+        parts.append(f"mixed over {spec.parent}'s top {spec.marginalize}")
     return "\n".join(parts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +24,17 @@ from .common import (
 )
 
 SERVE_PACKAGES = ("fastapi", "uvicorn", "prometheus_client")
+
+
+class LogLevel(str, Enum):
+    """uvicorn's log levels; checked with the other options, before the model loads."""
+
+    critical = "critical"
+    error = "error"
+    warning = "warning"
+    info = "info"
+    debug = "debug"
+    trace = "trace"
 
 
 def serve_command(
@@ -48,7 +60,7 @@ def serve_command(
     max_options: Annotated[int, typer.Option(min=2, help="Labels per choice question.")] = 64,
     max_texts: Annotated[int, typer.Option(min=1, help="Inputs per rubric request with `texts`.")] = 64,
     graceful_shutdown: Annotated[float, typer.Option(min=0, help="Seconds accepted requests get to finish on SIGTERM.")] = 30.0,
-    log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
+    log_level: Annotated[LogLevel, typer.Option(help="uvicorn's log level.")] = LogLevel.info,
 ) -> None:
     """Serve /v1/systemone, /v1/rubrics/{name}/decide, /v1/rubrics, /healthz and /metrics (needs the `serve` extra)."""
     err = stderr()
@@ -74,7 +86,7 @@ def serve_command(
         say(err, f"decisionflow serving http://{shown_host}:{bound_port} ({engine.loaded.name}; "
                  f"{len(registry.entries)} rubrics: {', '.join(registry.entries) or 'none'})")
 
-    serve(app, sock, graceful_shutdown_s=graceful_shutdown, log_level=log_level, on_started=announce)
+    serve(app, sock, graceful_shutdown_s=graceful_shutdown, log_level=log_level.value, on_started=announce)
 
 
 def _check_installed() -> None:

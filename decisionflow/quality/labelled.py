@@ -3,21 +3,32 @@
 A file is read with `csv.DictReader` (RFC 4180 quoting, so texts may hold commas and newlines). Each
 evaluated field reads its gold label from one column: the column given for it, else a column named
 after the field, else `label`.
+
+Gold cells are compared with the labels a field answers (`FieldSpec.labels`: `billing`, `true`, `7`).
+Given the rubric, a boolean field's cell may be spelt any way `BOOLEAN_GOLD` lists, in any case (pandas
+and `str(bool)` write `True`), and a score's whole number may be written as a float (`7.0`, as pandas
+writes an integer column with gaps); a choice label must match exactly. `gold_warnings` says when a
+gold column holds none of a field's answers, which would otherwise leave every row out of scope.
 """
 
 from __future__ import annotations
 
 import csv
 import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from ..errors import DataError
-from ..spec.rubric import FieldSpec, Rubric, Value
+from ..spec.rubric import FieldKind, FieldSpec, Rubric, Value
 from ..spec.rubric import label_of as spec_label_of
+from ..spec.text import shown
 
 DEFAULT_LABEL_COLUMN = "label"
+BOOLEAN_GOLD = {"true": "true", "false": "false", "yes": "true", "no": "false", "1": "true", "0": "false"}
+"""A boolean field's gold spellings (compared in lower case) -> its labels: `true`/`True`/`TRUE` (YAML,
+JSON, pandas, `str(bool)`), `yes`/`no` and `1`/`0`."""
 
 
 @dataclass(frozen=True)
@@ -58,13 +69,29 @@ def label_columns(fields: Sequence[str], header: Sequence[str], given: Sequence[
     return columns
 
 
+def gold_label(spec: FieldSpec, written: str) -> str:
+    """A gold cell as the label `spec` would answer: a boolean's `BOOLEAN_GOLD` spellings in any case
+    and a score's whole number written as a float (`7.0`) become `true`/`false` and `7`; anything
+    else is kept as written (and is out of scope unless it is one of the field's labels)."""
+    if spec.kind is FieldKind.BOOLEAN:
+        return BOOLEAN_GOLD.get(written.lower(), written)
+    if spec.kind is FieldKind.SCORE and written not in spec.labels:
+        try:
+            number = float(written)
+        except ValueError:
+            return written
+        return str(int(number)) if number.is_integer() else written
+    return written
+
+
 def load_labelled(
     path: str | Path, *, text_column: str, columns: dict[str, str] | None = None,
-    fields: Sequence[str] = (), given_columns: Sequence[str] | None = None,
+    fields: Sequence[str] = (), given_columns: Sequence[str] | None = None, rubric: Rubric | None = None,
 ) -> tuple[list[LabelledRow], dict[str, str]]:
     """Every row of a labelled CSV and the field -> column mapping used.
 
     Pass `columns` to fix the mapping, or `fields` (and optionally `given_columns`) to derive it.
+    With `rubric`, each gold cell is read as its field's label (`gold_label`: `True` -> `true`).
     """
     path = Path(path)
     if not path.is_file():
@@ -86,6 +113,8 @@ def load_labelled(
                 if text is None:
                     raise DataError(f"{path}: data row {index + 1} has fewer cells than the header")
                 gold = {name: (record.get(column) or "").strip() for name, column in columns.items()}
+                if rubric is not None:
+                    gold = {name: gold_label(rubric.field(name), value) if value else value for name, value in gold.items()}
                 rows.append(LabelledRow(index=index, text=text, gold=gold))
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text ({error.reason})") from None
@@ -130,3 +159,28 @@ def label_of(value: Value | None) -> str | None:
 def offered_labels(spec: FieldSpec) -> list[str]:
     """The labels a field can answer; gold labels outside them are out of scope."""
     return list(spec.labels)
+
+
+def gold_warnings(rows: Sequence[LabelledRow], rubric: Rubric, columns: dict[str, str]) -> list[str]:
+    """One line per field whose gold column holds none of the field's answers in `rows`: every row
+    would count as out of scope, leaving no accuracy, macro-F1, ECE or temperature to measure."""
+    lines = []
+    for name, column in columns.items():
+        spec = rubric.field(name)
+        labels = offered_labels(spec)
+        written = Counter(row.gold[name] for row in rows if row.gold.get(name))
+        if not written or any(value in labels for value in written):
+            continue
+        found = ", ".join(shown(value, 40) for value, _ in written.most_common(3))
+        more = f" and {len(written) - 3} more" if len(written) > 3 else ""
+        answers = ", ".join(labels[:8]) + (f", ... ({len(labels)} in all)" if len(labels) > 8 else "")
+        hint = ""
+        if spec.kind is FieldKind.BOOLEAN:
+            hint = f"; a boolean reads {'/'.join(dict.fromkeys(BOOLEAN_GOLD))} in any case"
+        elif {value.casefold() for value in written} & {label.casefold() for label in labels}:
+            hint = "; some differ from an answer only in case, and labels are compared exactly"
+        lines.append(
+            f"warning: column {column!r} holds none of the answers of field {name!r} ({answers}) but {found}{more}, "
+            f"so every row counts as out of scope (no accuracy, macro-F1, ECE or temperature){hint}"
+        )
+    return lines

@@ -8,6 +8,12 @@ exactly (`loader="auto"`, the default): the weights are memory-mapped into the e
 and transformers' modelling stack is never imported, which is most of a cold start's model load.
 `loader="transformers"` builds the transformers model instead; that is what token-by-token
 generation (the benchmark's and `eval --baseline`'s generation baselines) needs.
+
+What `--model` names is checked first (`model_source`), so a folder without a model, a file that is
+not GGUF, or a hub id that is neither cached nor on a reachable hub is one line naming what was given.
+A hub id is read from the local cache without the network when it is there; otherwise one request
+without retries (`probe_hub`) checks that the hub is reachable and has it before transformers
+downloads it, instead of huggingface_hub retrying every file with backoff on an offline machine.
 """
 
 from __future__ import annotations
@@ -187,27 +193,120 @@ def _load_model(model: str | os.PathLike | None, *, dtype: str, device: str, sta
         loaded = _load_gguf(path, torch_dtype, status, loader)
         name = f"bundled:{path.name}"
     else:
-        path = Path(os.fspath(model)).expanduser()
-        if path.suffix == ".gguf":
-            if not path.is_file():
-                raise ModelError(f"GGUF file not found: {path}")
+        kind, path = model_source(model)
+        if kind == "gguf":
             loaded = _load_gguf(path, torch_dtype, status, loader)
-        elif path.is_dir():
+        elif kind == "folder":
             status(f"loading {path}")
             loaded = _load_pretrained(str(path), torch_dtype, loader)
-        elif os.fspath(model).count("/") == 1 and not path.exists():
-            snapshot = hub_snapshot(os.fspath(model)) if loader == "auto" else None
-            if snapshot is not None:
-                status(f"loading {model} from the hub cache ({snapshot})")
-                loaded = _load_pretrained(str(snapshot), torch_dtype, loader)
-            else:
-                status(f"loading {model} from the hub cache (downloads it if this machine is online)")
-                loaded = _load_pretrained(os.fspath(model), torch_dtype, "transformers")
         else:
-            raise ModelError(f"model not found: {model!r} is neither a folder, a .gguf file nor a hub id (owner/name)")
+            loaded = _load_from_hub(os.fspath(model), torch_dtype, status, loader)
     if target_device.type != "cpu":
         status(f"moving the model to {target_device}")
     return LoadedModel(loaded[0].to(target_device), loaded[1], name or "")
+
+
+MODEL_FILES = ("config.json", "*.safetensors", "*.gguf", "pytorch_model*.bin")
+"""What a model folder is recognised by, as error messages name it."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+GGUF_MAGIC = b"GGUF"
+HUB_PROBE_TIMEOUT_S = 10.0
+
+
+def model_source(model: str | os.PathLike, *, tokenizer_only: bool = False) -> tuple[str, Path]:
+    """What `--model` names, checked before anything heavy is imported: `("gguf", file)`, `("folder",
+    folder)` or `("hub", Path(id))`; a missing, empty or foreign path is a one-line `ModelError`.
+    `tokenizer_only`: a folder holding only a tokenizer is enough."""
+    name = os.fspath(model)
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelError(f"GGUF file not found: {path}")
+        _check_gguf(path)
+        return "gguf", path
+    if path.is_dir():
+        if not (tokenizer_only and any((path / file).is_file() for file in TOKENIZER_FILES)):
+            _check_folder(path)
+        return "folder", path
+    if name.count("/") == 1 and not path.exists() and not name.startswith((".", "/", "~")) and not name.endswith("/"):
+        return "hub", Path(name)
+    raise ModelError(f"model not found: {name!r} is neither a folder, a .gguf file nor a hub id (owner/name)")
+
+
+def _check_gguf(path: Path) -> None:
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        raise ModelError(f"could not load model {str(path)!r}: {exc.strerror or exc}") from None
+    if magic != GGUF_MAGIC:
+        raise ModelError(f"could not load model {str(path)!r}: not a GGUF file (it does not start with the bytes GGUF)")
+
+
+def _check_folder(path: Path) -> None:
+    """A model folder holds `config.json` (the weights and tokenizer beside it); say what is missing."""
+    if (path / "config.json").is_file():
+        return
+    ggufs = sorted(path.glob("*.gguf"))
+    if ggufs:
+        raise ModelError(f"could not load model {str(path)!r}: it holds no config.json but {ggufs[0].name}; "
+                         f"pass the file itself (--model {ggufs[0]})")
+    if any(next(path.glob(pattern), None) is not None for pattern in MODEL_FILES):
+        raise ModelError(f"could not load model {str(path)!r}: no config.json in it (a Hugging Face model folder "
+                         "holds config.json, the tokenizer files and the weights)")
+    raise ModelError(f"could not load model {str(path)!r}: no model files ({', '.join(MODEL_FILES)}) in it")
+
+
+def _load_from_hub(repo_id: str, torch_dtype: Any, status: Status, loader: str) -> tuple[Any, Any]:
+    """A hub model: a complete cached snapshot read like a folder; else whatever of it transformers finds
+    in the local cache, without the network; else, after one request saying the hub has it, a download.
+
+    The probe is one request without retries, so an offline machine or a mistyped id fails in a moment
+    with one line, instead of huggingface_hub's backed-off retries for each file transformers asks for."""
+    snapshot = hub_snapshot(repo_id) if loader == "auto" else None
+    if snapshot is not None:
+        status(f"loading {repo_id} from the hub cache ({snapshot})")
+        return _load_pretrained(str(snapshot), torch_dtype, loader, name=repo_id)
+    status(f"loading {repo_id} from the hub cache")
+    try:
+        model, tokenizer = _read_pretrained(repo_id, torch_dtype, "transformers", local_files_only=True)
+    except (OSError, ValueError):
+        pass  # not (completely) cached
+    else:
+        check_supported(model, tokenizer)
+        return model.eval(), tokenizer
+    probe_hub(repo_id)
+    status(f"downloading {repo_id} from the hub")
+    return _load_pretrained(repo_id, torch_dtype, "transformers")
+
+
+def probe_hub(repo_id: str) -> None:
+    """One request to the hub for `repo_id`'s metadata, without retries: a one-line `ModelError` when the
+    hub cannot be reached or has no such model. Without huggingface_hub, transformers decides."""
+    try:
+        from huggingface_hub import HfApi
+        from huggingface_hub.errors import (
+            OfflineModeIsEnabled,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
+    except ImportError:
+        return
+    missing = f"could not load model {repo_id!r}: it is not in the local hub cache, and "
+    try:
+        HfApi().model_info(repo_id, timeout=HUB_PROBE_TIMEOUT_S)
+    except OfflineModeIsEnabled:
+        raise ModelError(missing + "HF_HUB_OFFLINE is set") from None
+    except (RepositoryNotFoundError, RevisionNotFoundError):
+        raise ModelError(missing + "the hub has no such model (or it is private or gated: log in with `hf auth login`)") from None
+    except Exception as exc:  # noqa: BLE001 - no network, a proxy, a timeout, a server error: one line
+        reason = _one_line(str(exc)) or type(exc).__name__
+        raise ModelError(missing + f"the hub cannot be reached ({reason}); connect this machine or pass a local "
+                         "folder or .gguf file") from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def hub_snapshot(repo_id: str) -> Path | None:
@@ -236,19 +335,26 @@ def hub_snapshot(repo_id: str) -> Path | None:
 
 def load_tokenizer(model: str | os.PathLike | None = None, *, status: Status = _quiet) -> Any:
     """Only the tokenizer (for dry runs): from the converted cache when there is one."""
-    if model is None or Path(os.fspath(model)).suffix == ".gguf":
-        path = bundled_gguf() if model is None else Path(os.fspath(model)).expanduser()
-        target = cache_root() / "models" / f"{path.stem}-{_file_digest(path)}"
-        if (target / "tokenizer_config.json").is_file():
-            return _load_tokenizer(str(target))
-        status(f"reading the tokenizer from {path.name}")
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    kind, path = ("gguf", bundled_gguf()) if model is None else model_source(model, tokenizer_only=True)
+    name = os.fspath(model) if model is not None else path.name
     try:
-        return _load_tokenizer(os.fspath(model))
+        if kind == "gguf":
+            target = cache_root() / "models" / f"{path.stem}-{_file_digest(path)}"
+            if (target / "tokenizer_config.json").is_file():
+                return _load_tokenizer(str(target))
+            status(f"reading the tokenizer from {path.name}")
+            from transformers import AutoTokenizer
+
+            return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        if kind == "folder":
+            return _load_tokenizer(str(path))
+        try:
+            return _load_tokenizer(name, local_files_only=True)
+        except (OSError, ValueError):
+            probe_hub(name)
+        return _load_tokenizer(name)
     except (OSError, ValueError) as exc:
-        raise ModelError(f"could not load the tokenizer of {model!r}: {exc}") from exc
+        raise ModelError(f"could not load the tokenizer of {name!r}: {_one_line(str(exc))}") from exc
 
 
 def _load_tokenizer(source: str, **kwargs: Any) -> Any:
@@ -269,14 +375,19 @@ def _load_tokenizer(source: str, **kwargs: Any) -> Any:
     return AutoTokenizer.from_pretrained(source, **kwargs)
 
 
-def _load_pretrained(source: str, torch_dtype: Any, loader: str, **kwargs: Any) -> tuple[Any, Any]:
+def _load_pretrained(source: str, torch_dtype: Any, loader: str, *, name: str | None = None, **kwargs: Any) -> tuple[Any, Any]:
+    """The model and tokenizer at `source`; an error names `name` (what the user gave) in one line."""
     try:
-        tokenizer = _load_tokenizer(source, **kwargs)
-        model = _load_weights(source, torch_dtype, loader, **kwargs)
+        model, tokenizer = _read_pretrained(source, torch_dtype, loader, **kwargs)
     except (OSError, ValueError) as exc:
-        raise ModelError(f"could not load model {source!r}: {exc}") from exc
+        raise ModelError(f"could not load model {name or source!r}: {_one_line(str(exc))}") from exc
     check_supported(model, tokenizer)
     return model.eval(), tokenizer
+
+
+def _read_pretrained(source: str, torch_dtype: Any, loader: str, **kwargs: Any) -> tuple[Any, Any]:
+    tokenizer = _load_tokenizer(source, **kwargs)
+    return _load_weights(source, torch_dtype, loader, **kwargs), tokenizer
 
 
 def _load_weights(source: str, torch_dtype: Any, loader: str, **kwargs: Any) -> Any:
@@ -303,7 +414,7 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status, loader: str) -> tup
     import torch
 
     # The converted copy is always float32, whatever this load asks for: it serves every later dtype.
-    model, tokenizer = _load_pretrained(str(path.parent), torch.float32, "transformers", gguf_file=path.name)
+    model, tokenizer = _load_pretrained(str(path.parent), torch.float32, "transformers", name=str(path), gguf_file=path.name)
     # A GGUF-loaded model refuses save_pretrained until its quantizer record is cleared.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

@@ -1,0 +1,113 @@
+"""Gold labels as data files write them: boolean spellings, float-written scores, and a clear warning
+when a gold column holds none of a field's answers (no model needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from decisionflow.cli import app
+from decisionflow.errors import DataError
+from decisionflow.quality.labelled import gold_label, gold_warnings, load_labelled
+from decisionflow.spec.yaml_rubric import loads_rubric
+
+RUBRIC = """\
+name: inbox
+fields:
+  spam: {kind: boolean, question: Whether the message is spam}
+  urgency: {kind: score, question: How urgent, min: 0, max: 3}
+  team: {kind: choice, question: Which team, options: [billing, shipping]}
+"""
+
+
+@pytest.fixture
+def rubric():
+    return loads_rubric(RUBRIC)
+
+
+@pytest.mark.parametrize("written, label", [
+    ("True", "true"), ("False", "false"), ("TRUE", "true"), ("false", "false"),
+    ("yes", "true"), ("No", "false"), ("1", "true"), ("0", "false"), ("maybe", "maybe"),
+])
+def test_a_boolean_gold_label_accepts_the_common_spellings(rubric, written, label):
+    assert gold_label(rubric.field("spam"), written) == label
+
+
+@pytest.mark.parametrize("written, label", [("2", "2"), ("2.0", "2"), ("2.5", "2.5"), ("high", "high")])
+def test_a_score_gold_label_may_be_a_whole_float(rubric, written, label):
+    assert gold_label(rubric.field("urgency"), written) == label
+
+
+def test_a_choice_gold_label_is_kept_as_written(rubric):
+    assert gold_label(rubric.field("team"), "Billing") == "Billing"
+
+
+def _csv(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "data.csv"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+PANDAS_CSV = "text,spam\nWIN a FREE phone,True\nLunch at noon?,False\ncheap pills,True\n"
+
+
+def test_loading_with_the_rubric_reads_pandas_booleans_as_the_field_answers(tmp_path, rubric):
+    rows, columns = load_labelled(_csv(tmp_path, PANDAS_CSV), text_column="text", fields=["spam"], rubric=rubric)
+    assert [row.gold["spam"] for row in rows] == ["true", "false", "true"]
+    assert gold_warnings(rows, rubric, columns) == []
+    # Without the rubric the cells stay as written (what scripts that pass `columns` rely on).
+    raw, _ = load_labelled(_csv(tmp_path, PANDAS_CSV), text_column="text", fields=["spam"])
+    assert [row.gold["spam"] for row in raw] == ["True", "False", "True"]
+
+
+def test_a_gold_column_holding_none_of_the_answers_is_warned_about(tmp_path, rubric):
+    path = _csv(tmp_path, "text,spam,team\na,maybe,Billing\nb,perhaps,SHIPPING\nc,maybe,billing\n")
+    rows, columns = load_labelled(path, text_column="text", fields=["spam"], rubric=rubric)
+    [line] = gold_warnings(rows, rubric, columns)
+    assert line.startswith("warning: column 'spam' holds none of the answers of field 'spam' (true, false)")
+    assert "'maybe', 'perhaps'" in line and "out of scope" in line and "true/false/yes/no/1/0" in line
+    # One answer in the column is enough: the others are out of scope, as CLINC150's `oos` is.
+    rows, columns = load_labelled(path, text_column="text", fields=["team"], rubric=rubric)
+    assert gold_warnings(rows, rubric, columns) == []
+    rows, columns = load_labelled(path, text_column="text", fields=["team"], rubric=rubric)
+    assert gold_warnings(rows[:2], rubric, columns)[0].endswith("differ from an answer only in case, and labels are compared exactly")
+
+
+YAML = "name: spam\nfields:\n  spam: {kind: boolean, question: Is this message spam}\n"
+
+
+def _stop_before_the_model(monkeypatch):
+    from decisionflow.cli import quality
+
+    def stop(*_args, **_kwargs):
+        raise DataError("stopped before the model")
+
+    monkeypatch.setattr(quality, "_engine", stop)
+
+
+@pytest.mark.parametrize("command", ["eval", "calibrate"])
+def test_eval_and_calibrate_warn_on_stderr_before_the_model_loads(tmp_path, monkeypatch, command):
+    _stop_before_the_model(monkeypatch)
+    rubric = tmp_path / "spam.yaml"
+    rubric.write_text(YAML)
+    bad = _csv(tmp_path, "text,spam\na,maybe\nb,perhaps\n")
+    result = CliRunner().invoke(app, [command, str(rubric), "--data", str(bad)])
+    assert result.exit_code == 1
+    warning = ("warning: column 'spam' holds none of the answers of field 'spam' (true, false) but 'maybe', 'perhaps', "
+               "so every row counts as out of scope (no accuracy, macro-F1, ECE or temperature); a boolean reads "
+               "true/false/yes/no/1/0 in any case")
+    assert result.stderr.splitlines() == [warning, "error: stopped before the model"]
+    good = _csv(tmp_path, PANDAS_CSV)
+    result = CliRunner().invoke(app, [command, str(rubric), "--data", str(good)])
+    assert result.stderr.splitlines() == ["error: stopped before the model"]
+
+
+def test_eval_and_calibrate_take_shipped_workflow_names(monkeypatch):
+    import re
+
+    for command in ("eval", "calibrate"):
+        result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "300"})
+        assert result.exit_code == 0
+        assert re.search(r"RUBRIC .*a shipped workflow's name", result.output), result.output
