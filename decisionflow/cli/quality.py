@@ -189,18 +189,18 @@ def calibrate_command(
 
     err = stderr()
     if fit_min_mass and min_mass is not None:
-        say(err, "calibrate: give --min-mass or --fit-min-mass, not both")
+        say(err, "error: give --min-mass or --fit-min-mass, not both")
         raise typer.Exit(2)
     if data is None and unlabelled is None:
-        say(err, "calibrate: give --data (labelled rows) or --unlabelled (inputs without labels), or both")
+        say(err, "error: give --data (labelled rows) or --unlabelled (inputs without labels), or both")
         raise typer.Exit(2)
     if data is None and (fit_min_mass or min_mass is not None or min_probability is not None):
-        say(err, "calibrate: --min-mass, --min-probability and --fit-min-mass are fitted with --data (labelled rows)")
+        say(err, "error: --min-mass, --min-probability and --fit-min-mass are fitted with --data (labelled rows)")
         raise typer.Exit(2)
     method = guarded(ctx, err, lambda: _debias(debias))
     if output is None:
         if not rubric_ref.lower().endswith(YAML_SUFFIXES):
-            say(err, f"calibrate: {rubric_ref} is not a YAML file, so there is no folder to save the calibration beside; "
+            say(err, f"error: {rubric_ref} is not a YAML file, so there is no folder to save the calibration beside; "
                      "give --output PATH")
             raise typer.Exit(2)
         output = Calibration.path_for(rubric_ref)

@@ -159,3 +159,17 @@ def test_serve_refuses_an_unknown_log_level_before_loading_anything():
     result = runner.invoke(app, ["serve", "--log-level", "loud"])
     assert result.exit_code == 2
     assert "loud" in result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["calibrate", "sentiment", "--data", "rows.csv"],
+    ["calibrate", "sentiment", "--output", "c.json"],
+    ["calibrate", "sentiment", "--data", "rows.csv", "--output", "c.json", "--min-mass", "0.1", "--fit-min-mass"],
+])
+def test_calibrate_usage_errors_are_one_error_line(args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.csv").write_text("text,sentiment\ngreat,positive\n")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
