@@ -8,12 +8,13 @@ error table in `decisionflow.errors` gives.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
 
-from ..errors import DecisionflowError, RubricError, outcome_of
+from ..errors import DataError, DecisionflowError, RubricError, outcome_of
 from ..spec.references import YAML_SUFFIXES, resolve_rubric, resolve_target
 from ..spec.rubric import Rubric
 from ..spec.text import one_line
@@ -113,6 +114,26 @@ def load_rubric_or_report(ctx: typer.Context, ref: str, err: Console) -> Rubric 
             raise
         say(err, one_line(f"{ref}: cannot load the rubric: {type(error).__name__}: {error} (run with --debug for the traceback)"))
         return None
+
+
+CalibrationOption = Annotated[
+    Path | None,
+    typer.Option("--calibration", help="A calibration file from `decisionflow calibrate` (default: the one saved "
+                 "beside a YAML rubric, if any).", show_default=False),
+]
+
+
+def chosen_calibration(rubric_ref: str, path: Path | None) -> tuple[Any, Path | None]:
+    """The calibration a command applies, and its file: `path` when given (it must exist), else the
+    one saved beside a YAML rubric, else none."""
+    from ..runtime.calibration import Calibration
+
+    if path is None:
+        beside = Calibration.path_for(rubric_ref) if rubric_ref.lower().endswith(YAML_SUFFIXES) else None
+        return (calibration_beside(rubric_ref), beside) if beside is not None and beside.is_file() else (None, None)
+    if not path.is_file():
+        raise DataError(f"calibration file not found: {path}")
+    return Calibration.load(path), path
 
 
 def calibration_beside(rubric_ref: str) -> Any:

@@ -26,12 +26,13 @@ from ..quality.labelled import (
 from ..spec.references import YAML_SUFFIXES
 from .common import (
     DeviceOption,
+    CalibrationOption,
     DtypeOption,
     LoaderOption,
     ModelOption,
     RubricRef,
     ThreadsOption,
-    calibration_beside,
+    chosen_calibration,
     guarded,
     load_engine,
     load_target,
@@ -84,10 +85,7 @@ def eval_command(
     rows: RowsOption = None,
     min_mass: MinMassOption = None,
     min_probability: MinProbabilityOption = None,
-    calibration_path: Annotated[
-        Path | None,
-        typer.Option("--calibration", help="A calibration file (default: the one beside a YAML rubric, if any).", show_default=False),
-    ] = None,
+    calibration_path: CalibrationOption = None,
     raw: Annotated[bool, typer.Option("--raw", help="Score the model's own probabilities: no calibration file and, unless "
                                       "--debias says otherwise, no readout correction.")] = False,
     shuffle_options: Annotated[
@@ -116,7 +114,7 @@ def eval_command(
     fields = guarded(ctx, err, lambda: resolve_fields(rubric, [field] if field else None))
     chosen = guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, [label_column] if label_column else None,
                                              rows, limit, seed, err))
-    base = None if raw else guarded(ctx, err, lambda: _calibration(rubric_ref, calibration_path))
+    base = None if raw else guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path)[0])
     if base is not None:
         guarded(ctx, err, lambda: base.check(rubric))
     calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
@@ -205,7 +203,7 @@ def calibrate_command(
             raise typer.Exit(2)
         output = Calibration.path_for(rubric_ref)
     target, rubric = _target(ctx, rubric_ref, err)
-    fields = guarded(ctx, err, lambda: resolve_fields(rubric, field))
+    fields = guarded(ctx, err, lambda: _read_fields(rubric, resolve_fields(rubric, field)))
     texts = None if unlabelled is None else guarded(ctx, err, lambda: _texts(unlabelled, text_column, rows, limit, seed))
     chosen = None if data is None else guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, label_column,
                                                                        rows, limit, seed, err))
@@ -286,6 +284,17 @@ def _target(ctx: typer.Context, ref: str, err: Console) -> tuple[Any, Any]:
     return target, rubric_of(target)
 
 
+def _read_fields(rubric: Any, fields: list[str]) -> list[str]:
+    """The fields to calibrate, refusing a derived one: it is computed from others, never read, so a
+    temperature or prior fitted for it would never be applied."""
+    for name in fields:
+        spec = rubric.fields[name]
+        if spec.derive is not None:
+            raise DataError(f"field {name!r} is derived from {', '.join(spec.derive.reads)}, not read from the model, "
+                            "so there is nothing to calibrate; calibrate the fields it reads")
+    return fields
+
+
 def _rows(data: Path, rubric: Any, fields: list[str], text_column: str, columns: list[str] | None,
           rows: str | None, limit: int | None, seed: int, err: Console) -> list[LabelledRow]:
     """The selected labelled rows, gold labels read as the fields answer them (`True` -> `true`); a gold
@@ -303,16 +312,6 @@ def _texts(path: Path, text_column: str, rows: str | None, limit: int | None, se
     """The unlabelled inputs: the text column of a CSV (any other columns are ignored), selected as --data is."""
     loaded, _ = load_labelled(path, text_column=text_column, columns={})
     return [row.text for row in select_rows(loaded, rows_slice=parse_slice(rows), limit=limit, seed=seed)]
-
-
-def _calibration(rubric_ref: str, path: Path | None):
-    from ..runtime.calibration import Calibration
-
-    if path is None:
-        return calibration_beside(rubric_ref)
-    if not path.is_file():
-        raise DataError(f"calibration file not found: {path}")
-    return Calibration.load(path)
 
 
 def _engine(err: Console, model: str | None, threads: int | None, device: str, dtype: str, loader: str, *,

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from .common import (
+    CalibrationOption,
     DeviceOption,
     DtypeOption,
     LoaderOption,
@@ -20,7 +21,7 @@ from .common import (
     ModelOption,
     RubricRef,
     ThreadsOption,
-    calibration_beside,
+    chosen_calibration,
     guarded,
     load_engine,
     load_target,
@@ -81,6 +82,7 @@ def run(
         int | None,
         typer.Option(min=1, help="--engine ray: engine actors, each loading the model once (default 1).", show_default=False),
     ] = None,
+    calibration_path: CalibrationOption = None,
     timings: Annotated[
         bool, typer.Option("--timings", help="Say where the time went (start-up, model load, compile, head, passes); with --json, also in the output.")
     ] = False,
@@ -97,11 +99,13 @@ def run(
         say(err, f"error: input file {found}: {input_path}")
         raise typer.Exit(1)
     target = load_target(ctx, rubric_ref, err)
-    calibration = guarded(ctx, err, lambda: calibration_beside(rubric_ref))
+    calibration, calibration_file = guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path))
     if calibration is not None:
         from ..spec.declare import rubric_of
 
         guarded(ctx, err, lambda: calibration.check(rubric_of(target)))
+        # Probabilities and abstentions change under a calibration: say which file did it.
+        say(err, f"calibration: {calibration_file} ({', '.join(calibration.fields)})")
     if input_path is not None:
         from ..runtime.input_files import read_rows
 

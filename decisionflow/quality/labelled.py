@@ -126,7 +126,8 @@ def load_labelled(
 
 
 def parse_slice(text: str | None) -> slice | None:
-    """`START:STOP` (0-based data rows, STOP excluded; either may be empty) -> a slice."""
+    """`START:STOP` (0-based data rows, STOP excluded; either may be empty, and a negative one counts
+    from the end, as in a Python slice) -> a slice."""
     if text is None:
         return None
     start, colon, stop = text.partition(":")

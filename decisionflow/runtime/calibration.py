@@ -75,6 +75,11 @@ class Calibration(BaseModel):
                     f"the calibration has settings for field {name!r}, which rubric {rubric.name!r} does not have "
                     f"(fields: {', '.join(rubric.fields)})"
                 )
+            if spec.derive is not None:
+                raise CalibrationError(
+                    f"the calibration has settings for field {name!r}, which rubric {rubric.name!r} derives from "
+                    f"{', '.join(spec.derive.reads)} instead of reading it from the model, so they would never apply"
+                )
             if settings.labels is not None and set(settings.labels) != set(spec.labels):
                 raise CalibrationError(
                     f"the calibration of field {name!r} was fitted for labels {', '.join(settings.labels)}; "

@@ -20,11 +20,12 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..compiler import Catalog, CompiledRubric, ReadMode, TokenizerView, compile_rubric
-from ..errors import CalibrationError, DecisionflowError, ResultError
+from ..errors import CalibrationError, DecisionflowError, InputError, ResultError
 from ..spec.declare import rubric_of, typed_model
 from ..spec.plan import Plan, make_plan
 from ..spec.rubric import Rubric
@@ -34,6 +35,7 @@ from .debias import CONTENT_FREE_INPUTS, Debias, Priors, mean_distribution
 from .executor import RequestState, check_fits, execute
 from .head_store import DEFAULT_MAX_BYTES, HeadStore, model_fingerprint
 from .loading import LoadedModel, Status, cache_root, load_model
+from .ops import KERNEL_CHOICES
 from .result import Decision, Stats
 
 Progress = Callable[[int, int], None]
@@ -144,6 +146,11 @@ class Engine:
         builds the transformers model, which token-by-token generation (`runtime.generation`) needs.
         `pack_weights`: see `loading.load_model` (off for a process that decides one text).
         """
+        # Argument mistakes are named before the model loads, not after.
+        mode = _choice("mode", mode, ReadMode)
+        chosen_debias = None if debias is None else _choice("debias", debias, Debias)
+        if kernels not in KERNEL_CHOICES:
+            raise ValueError(f"Engine.load: unknown kernels {kernels!r}; use {', '.join(map(repr, KERNEL_CHOICES))}")
         if threads:
             import torch
 
@@ -151,9 +158,9 @@ class Engine:
         loaded = load_model(model, dtype=dtype, device=device, status=status or (lambda _: None), loader=loader,
                             pack_weights=pack_weights)
         store = cache_root() / "heads" if persist_heads else None
-        options = EngineOptions(mode=ReadMode(mode), pin_first=pin_first, head_store=store, kernels=kernels)
-        if debias is not None:
-            options = replace(options, debias=Debias(debias))
+        options = EngineOptions(mode=mode, pin_first=pin_first, head_store=store, kernels=kernels)
+        if chosen_debias is not None:
+            options = replace(options, debias=chosen_debias)
         return cls(loaded, options=options)
 
     @property
@@ -197,7 +204,7 @@ class Engine:
         distribution and makes fields abstain below its thresholds. `debias` overrides the engine's
         readout correction for this call (see `runtime.debias`).
         """
-        payloads = list(payloads)
+        payloads = _inputs(payloads, "decide_many")
         outcomes = self._decide(target, payloads, progress=progress, calibration=calibration, debias=debias, fail_fast=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
@@ -221,7 +228,8 @@ class Engine:
         calibration that does not fit it) are raised.
         """
         return self._decide(
-            target, list(payloads), progress=progress, calibration=calibration, debias=debias, fail_fast=False
+            target, _inputs(payloads, "decide_each"), progress=progress, calibration=calibration, debias=debias,
+            fail_fast=False,
         )
 
     # -- phases -------------------------------------------------------------------------------
@@ -478,3 +486,22 @@ class Engine:
         if current:
             batches.append(current)
         return batches
+
+
+def _inputs(payloads: Iterable[Any], method: str) -> list[Any]:
+    """The inputs of a many-input call as a list; one input passed where the list belongs is refused
+    (iterating a string would decide each of its characters, and a mapping each of its keys)."""
+    if isinstance(payloads, (str, bytes, dict)):
+        raise InputError(
+            f"{method} takes a list of inputs, got one {type(payloads).__name__}; "
+            f"pass [input], or call decide() for a single input"
+        )
+    return list(payloads)
+
+
+def _choice(argument: str, value: Any, kind: type[Enum]) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(repr(member.value) for member in kind)  # type: ignore[attr-defined]
+        raise ValueError(f"Engine.load: unknown {argument} {value!r}; use {allowed}") from None

@@ -164,3 +164,21 @@ def test_either_loader_gives_the_same_decision_and_an_unknown_one_is_one_line():
     unknown = invoke("run", SENTIMENT, "--loader", "fast", "--text", "a gorgeous, witty film")
     assert unknown.exit_code == 1
     assert "unknown loader 'fast'" in unknown.output and "Traceback" not in unknown.output
+
+
+def test_run_applies_a_calibration_file_given_by_name_and_says_so(tmp_path):
+    from decisionflow.runtime.calibration import Calibration, FieldCalibration
+
+    path = tmp_path / "flat.calibration.json"
+    Calibration(rubric="sentiment", fields={"sentiment": FieldCalibration(temperature=4.0)}).save(path)
+    plain = invoke("run", "sentiment", "--json", "--text", "a gorgeous, moving film")
+    calibrated = invoke("run", "sentiment", "--json", "--text", "a gorgeous, moving film", "--calibration", str(path))
+    assert plain.exit_code == 0 and calibrated.exit_code == 0, calibrated.output
+    top = max(json.loads(plain.stdout)["fields"]["sentiment"]["probabilities"].values())
+    flattened = max(json.loads(calibrated.stdout)["fields"]["sentiment"]["probabilities"].values())
+    assert 0.5 < flattened < top  # a temperature above 1 flattens the distribution
+    assert f"calibration: {path} (sentiment)" in calibrated.stderr
+    assert "calibration:" not in plain.stderr
+    missing = invoke("run", "sentiment", "--text", "fine", "--calibration", str(tmp_path / "none.json"))
+    assert missing.exit_code == 1
+    assert missing.stderr.strip().splitlines() == [f"error: calibration file not found: {tmp_path / 'none.json'}"]

@@ -111,3 +111,42 @@ def test_eval_and_calibrate_take_shipped_workflow_names(monkeypatch):
         result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "300"})
         assert result.exit_code == 0
         assert re.search(r"RUBRIC .*a shipped workflow's name", result.output), result.output
+
+
+DERIVED_YAML = """\
+name: queueing
+fields:
+  urgent: {kind: boolean, question: Whether it needs action today}
+  queue:
+    kind: choice
+    question: The queue it lands in
+    options: [fast, normal]
+    derive:
+      rules:
+        - if: {field: urgent, is: true}
+          then: fast
+      otherwise: normal
+"""
+
+
+def test_calibrating_a_derived_field_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    _stop_before_the_model(monkeypatch)
+    rubric = tmp_path / "queueing.yaml"
+    rubric.write_text(DERIVED_YAML)
+    data = _csv(tmp_path, "text,queue\na,fast\nb,normal\n")
+    result = CliRunner().invoke(app, ["calibrate", str(rubric), "--data", str(data), "--field", "queue"])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "error: field 'queue' is derived from urgent, not read from the model, so there is nothing to calibrate; "
+        "calibrate the fields it reads"
+    ]
+
+
+def test_a_calibration_holding_a_derived_field_is_refused():
+    from decisionflow.errors import CalibrationError
+    from decisionflow.runtime.calibration import Calibration, FieldCalibration
+
+    rubric = loads_rubric(DERIVED_YAML)
+    calibration = Calibration(rubric="queueing", fields={"queue": FieldCalibration(temperature=0.5)})
+    with pytest.raises(CalibrationError, match="'queue', which rubric 'queueing' derives from urgent"):
+        calibration.check(rubric)

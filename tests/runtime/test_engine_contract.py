@@ -56,6 +56,24 @@ def test_decide_many_names_the_bad_input_without_rebuilding_its_error(engine: En
     assert "while reading input 1" in boom.value.__notes__
 
 
+@pytest.mark.parametrize("one_input", ["My parcel is late.", b"late", {"text": "late"}])
+def test_one_input_where_a_list_belongs_is_refused(engine: Engine, one_input):
+    # Iterating it would decide each character (or key) as an input of its own.
+    for method in (engine.decide_many, engine.decide_each):
+        with pytest.raises(InputError, match=f"{method.__name__} takes a list of inputs"):
+            method(RUBRIC, one_input)
+
+
+@pytest.mark.parametrize("argument", [{"mode": "fast"}, {"debias": "nope"}, {"kernels": "x"}])
+def test_engine_load_names_a_bad_argument_before_loading_the_model(monkeypatch, argument):
+    import decisionflow.runtime.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    (name, value), = argument.items()
+    with pytest.raises(ValueError, match=f"Engine.load: unknown {name} {value!r}; use "):
+        Engine.load(**argument)
+
+
 def test_decide_each_returns_a_decision_or_an_error_per_input(engine: Engine):
     outcomes = engine.decide_each(RUBRIC, [TEXTS[0], "", TEXTS[1]])
     assert isinstance(outcomes[1], InputError) and outcomes[1].input_index == 1
