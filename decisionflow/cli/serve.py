@@ -17,6 +17,7 @@ from .common import (
     LoaderOption,
     ModelOption,
     ThreadsOption,
+    count,
     guarded,
     load_engine,
     say,
@@ -54,7 +55,7 @@ def serve_command(
     batching: Annotated[bool, typer.Option("--batching/--no-batching", help="Decide concurrent requests of one rubric together.")] = True,
     batch_wait_ms: Annotated[float, typer.Option(min=0, help="How long an idle model waits for more requests to batch.")] = 5.0,
     batch_tokens: Annotated[int, typer.Option(min=1, help="New tokens per model call (inputs and rows).")] = 4096,
-    max_queue: Annotated[int, typer.Option(min=1, help="Inputs waiting for the model before requests get 503.")] = 256,
+    max_queue: Annotated[int, typer.Option(min=1, help="Inputs waiting for the model before requests get 503 (at least --max-texts).")] = 256,
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body accepted.")] = 1 << 20,
     max_questions: Annotated[int, typer.Option(min=1, help="Questions per /v1/systemone request.")] = 32,
     max_options: Annotated[int, typer.Option(min=2, help="Labels per choice question.")] = 64,
@@ -64,6 +65,10 @@ def serve_command(
 ) -> None:
     """Serve /v1/systemone, /v1/rubrics/{name}/decide, /v1/rubrics, /healthz and /metrics (needs the `serve` extra)."""
     err = stderr()
+    if max_queue < max_texts:
+        say(err, f"error: --max-queue {max_queue} is below --max-texts {max_texts}: a `texts` request of more inputs "
+                 "than the queue holds could never be answered; raise --max-queue or lower --max-texts to match")
+        raise typer.Exit(2)
     guarded(ctx, err, _check_installed)
     from ..serve import Batching, Limits, RubricRegistry, ServeSettings, create_app
     from ..serve.server import bind, serve
@@ -84,7 +89,7 @@ def serve_command(
 
     def announce() -> None:
         say(err, f"decisionflow serving http://{shown_host}:{bound_port} ({engine.loaded.name}; "
-                 f"{len(registry.entries)} rubrics: {', '.join(registry.entries) or 'none'})")
+                 f"{count(len(registry.entries), 'rubric')}: {', '.join(registry.entries) or 'none'})")
 
     serve(app, sock, graceful_shutdown_s=graceful_shutdown, log_level=log_level.value, on_started=announce)
 

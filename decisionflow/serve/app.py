@@ -21,9 +21,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from ..errors import CompileError, DataError, DecisionflowError, InputError, Unavailable
+from ..errors import CompileError, DataError, DecisionflowError, InputError
 from ..runtime.executor import check_fits
-from .batcher import MicroBatcher
+from .batcher import MicroBatcher, at_capacity
 from .body import first_repeated_key, parse_json, read_body
 from .metrics import CONTENT_TYPE, Metrics
 from .refusals import HttpRefusal, Located, Refusal, field_path, refusal_of
@@ -87,8 +87,8 @@ class DecisionService:
             raise HttpRefusal(404, "NotFound", f"no rubric named {name!r} (served: {known})", field="name")
         payloads, single = self._decide_inputs(body)
         if self.batcher.depth + len(payloads) > self.limits.max_queue:
-            self.metrics.rejected.labels(reason="queue_full").inc()
-            raise Unavailable(f"the server is at capacity ({self.batcher.depth} inputs are waiting); retry shortly")
+            self.metrics.rejected.labels(reason="queue_full").inc(len(payloads))  # inputs, as the batcher counts
+            raise at_capacity(self.batcher.depth)
         fields = ["text"] if single else [field_path("texts", i) for i in range(len(payloads))]
         outcomes = await asyncio.gather(
             *(self._decide_one(("rubric", name), entry.rubric, entry.calibration, payload, where)
@@ -123,6 +123,10 @@ class DecisionService:
             raise Located(DataError("`texts` must be a non-empty list of inputs"), "texts")
         if len(texts) > self.limits.max_texts:
             raise Located(DataError(f"{len(texts)} inputs; at most {self.limits.max_texts} per request"), "texts")
+        if len(texts) > self.limits.max_queue:
+            # More inputs than the queue holds could never be admitted: refused for good, not a retryable 503.
+            raise Located(DataError(f"{len(texts)} inputs; at most {self.limits.max_queue} per request, "
+                                    f"the most the server's queue holds (max_queue)"), "texts")
         return texts, False
 
     async def _decide_one(self, group: Any, target: Any, calibration: Any, payload: Any, where: str) -> Any:

@@ -38,6 +38,12 @@ class _Waiting:
     since: float
 
 
+def at_capacity(waiting: int) -> Unavailable:
+    """The 503 for a full queue (a retry can succeed once the model has worked through some of it)."""
+    inputs = "1 input is" if waiting == 1 else f"{waiting} inputs are"
+    return Unavailable(f"the server is at capacity ({inputs} waiting); retry shortly")
+
+
 class MicroBatcher:
     def __init__(self, engine: Any, batching: Batching, *, max_queue: int, metrics: Metrics) -> None:
         self.engine = engine
@@ -74,7 +80,7 @@ class MicroBatcher:
             raise Unavailable("the server is shutting down")
         if self.depth >= self.max_queue:
             self.metrics.rejected.labels(reason="queue_full").inc()
-            raise Unavailable(f"the server is at capacity ({self.max_queue} inputs are waiting); retry shortly")
+            raise at_capacity(self.depth)
         loop = asyncio.get_running_loop()
         item = _Waiting(group, target, calibration, payload, cost, loop.create_future(), loop.time())
         self._queue.append(item)

@@ -14,7 +14,7 @@ from ..errors import DecisionflowError, Problem, RubricError
 from ..runtime.calibration import Calibration
 from ..spec.plan import make_plan
 from ..spec.references import YAML_SUFFIXES, shipped_workflows
-from ..spec.rubric import Rubric
+from ..spec.rubric import FieldSpec, Rubric
 from ..spec.yaml_rubric import load_rubric
 
 
@@ -76,19 +76,35 @@ def _calibration_beside(path: Path, rubric: Rubric) -> Calibration | None:
 
 def _description(entry: Registered, pin_first: bool | None) -> dict[str, Any]:
     plan = make_plan(entry.rubric, pin_first=pin_first)
-    fields = []
-    for spec in entry.rubric:
-        field: dict[str, Any] = {"name": spec.name, "kind": spec.kind.value, "question": spec.question, "labels": list(spec.labels)}
-        if spec.dependencies:
-            field["depends_on"] = list(spec.dependencies)
-        if spec.when is not None:
-            field["when"] = {"field": spec.when.field, "values": list(spec.when.values)}
-        fields.append(field)
     return {
         "name": entry.name,
         "rubric": entry.rubric.name,
         "instructions": entry.rubric.instructions,
         "calibrated": entry.calibration is not None,
-        "fields": fields,
+        "fields": [field_description(spec) for spec in entry.rubric],
         "plan": {**plan.to_dict(), "forward_passes": plan.forward_passes},
+    }
+
+
+def field_description(spec: FieldSpec) -> dict[str, Any]:
+    """One field as `GET /v1/rubrics` lists it: every key on every field, null (or []) where it does not apply.
+
+    `depends_on`: the fields settled before this one (`after`, the `when` field, the `options_by` parent,
+    what a derived rule reads). `when`: `{field, values}`, asked only when that field's answer is one of
+    `values`. `options_by`: `{field, options: {parent answer: [labels]}}`, the labels offered under each
+    answer of the parent (`labels` is their union). `derived`: `{reads: [fields]}` for a field computed
+    from other answers by its rule, never asked of the model.
+    """
+    return {
+        "name": spec.name,
+        "kind": spec.kind.value,
+        "question": spec.question,
+        "labels": list(spec.labels),
+        "depends_on": list(spec.dependencies),
+        "when": None if spec.when is None else {"field": spec.when.field, "values": list(spec.when.values)},
+        "options_by": None if spec.options_by is None else {
+            "field": spec.options_by.field,
+            "options": {answer: list(options) for answer, options in spec.options_by.options.items()},
+        },
+        "derived": None if spec.derive is None else {"reads": list(spec.derive.reads)},
     }

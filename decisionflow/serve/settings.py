@@ -14,9 +14,11 @@ class Limits:
     max_options: int = 64
     """Labels per `choice` question: each one is listed in the prompt and compiled into the field's trie."""
     max_texts: int = 64
-    """Inputs per `/v1/rubrics/{name}/decide` request with `texts`."""
+    """Inputs per `/v1/rubrics/{name}/decide` request with `texts` (and never more than `max_queue`)."""
     max_queue: int = 256
-    """Inputs waiting for the model; beyond this a request is answered 503 with `Retry-After`."""
+    """Inputs waiting for the model; beyond this a request is answered 503 with `Retry-After`. A `texts`
+    request of more inputs than this could never be admitted, so it is refused (400) instead, like one
+    over `max_texts`; `decisionflow serve` refuses `--max-queue` below `--max-texts` at startup."""
     retry_after_s: int = 1
     """What a 503 for a full queue tells the client to wait before trying again."""
     max_cached_question_sets: int = 256

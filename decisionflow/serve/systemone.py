@@ -222,8 +222,15 @@ def _problems(problems: list[Problem]) -> RubricError:
 
 
 def _json_type(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
+    """What a parsed JSON value is, in the request's terms. By `isinstance`: objects are parsed as
+    `body.ParsedObject` (a dict subclass), and a Python class name means nothing to a client."""
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (dict, "an object"),
+                       (list, "a list")):
+        if isinstance(value, kind):
+            return name
+    return "a value JSON cannot hold"
 
 
 # -- the rubric -----------------------------------------------------------------------------------------

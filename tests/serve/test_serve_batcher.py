@@ -138,3 +138,25 @@ def test_a_full_queue_refuses_with_unavailable():
         await batcher.stop()
 
     run(scenario())
+
+
+def test_the_full_queue_message_counts_grammatically():
+    async def scenario(max_queue):
+        engine = RecordingEngine()
+        engine.release.clear()
+        batcher = await started(engine, Batching(max_wait_ms=0), max_queue=max_queue)
+        first = asyncio.ensure_future(batcher.decide("g", "r", "running", cost=1))
+        await asyncio.get_running_loop().run_in_executor(None, engine.started.wait, 10)
+        waiting = [asyncio.ensure_future(batcher.decide("g", "r", f"waiting {i}", cost=1)) for i in range(max_queue)]
+        await asyncio.sleep(0)
+        try:
+            await batcher.decide("g", "r", "one too many", cost=1)
+        except Unavailable as error:
+            message = str(error)
+        engine.release.set()
+        await asyncio.gather(first, *waiting)
+        await batcher.stop()
+        return message
+
+    assert "(1 input is waiting)" in run(scenario(1))
+    assert "(2 inputs are waiting)" in run(scenario(2))
