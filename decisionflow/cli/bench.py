@@ -12,10 +12,11 @@ import typer
 from ..bench.presets import default_data_dir
 from ..bench.runner import METHODS
 from ..bench.workloads import build_workloads
-from .common import DeviceOption, DtypeOption, say, stderr
+from .common import DeviceOption, DtypeOption, guarded, refuse_output, say, stderr
 
 
 def bench_command(
+    ctx: typer.Context,
     data: Annotated[Path | None, typer.Option(help="A folder holding pcd_presets/ (default: $DECISIONFLOW_DATA, else the presets shipped with decisionflow).", show_default=False)] = None,
     out: Annotated[Path | None, typer.Option(help="Write bench.json, bench.md and PNG plots to this folder.", show_default=False)] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Two small workloads, one repeat of the slow baselines (a few minutes on 2 cores).")] = False,
@@ -30,9 +31,10 @@ def bench_command(
 ) -> None:
     """Compare decisionflow with JSON generation, grammar-constrained generation and row-scoring baselines."""
     err = stderr()
+    refuse_output(err, out, folder=True, option="--out")
     data_dir = data if data is not None else default_data_dir()
     if not (data_dir / "pcd_presets").is_dir():
-        say(err, f"no pcd_presets folder in {data_dir}: pass --data DIR or set DECISIONFLOW_DATA")
+        say(err, f"error: no pcd_presets folder in {data_dir}: pass --data DIR or set DECISIONFLOW_DATA")
         raise typer.Exit(2)
     repeats = repeats or (3 if quick else 5)
     slow_repeats = min(slow_repeats or (1 if quick else 2), repeats)
@@ -42,10 +44,13 @@ def bench_command(
         raise typer.BadParameter(f"unknown method {unknown[0]!r} (known: {', '.join(METHODS)})", param_hint="--methods")
     selected = build_workloads(data_dir, quick=quick)
     if workloads:
-        keep = {w.strip() for w in workloads.split(",")}
+        keep = [w.strip() for w in workloads.split(",") if w.strip()]
+        known = [w.name for w in selected]
+        unknown = [name for name in keep if name not in known]
+        if unknown or not keep:
+            raise typer.BadParameter(f"unknown workload {unknown[0] if unknown else workloads!r} (known"
+                                     f"{' with --quick' if quick else ''}: {', '.join(known)})", param_hint="--workloads")
         selected = [w for w in selected if w.name in keep]
-        if not selected:
-            raise typer.BadParameter("no workload matches", param_hint="--workloads")
 
     import warnings
 
@@ -63,12 +68,13 @@ def bench_command(
     from ..runtime.engine import Engine
 
     with err.status("loading the model"):
-        engine = Engine.load(model, device=device, dtype=dtype, threads=threads)
+        engine = guarded(ctx, err, lambda: Engine.load(model, device=device, dtype=dtype, threads=threads))
 
     def baseline_engine() -> Engine:
         # The generation and per-field baselines call the transformers model itself.
         with err.status("loading the transformers model for the baselines"):
-            return Engine.load(model, device=device, dtype=dtype, threads=threads, loader="transformers")
+            return guarded(ctx, err, lambda: Engine.load(model, device=device, dtype=dtype, threads=threads,
+                                                         loader="transformers"))
 
     log = lambda message: say(err, message)  # noqa: E731
     settings = conditions(engine, threads=torch.get_num_threads(), dtype=str(engine.backend.dtype).removeprefix("torch."),

@@ -7,6 +7,7 @@ error table in `decisionflow.errors` gives.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, TypeVar
@@ -134,6 +135,31 @@ def chosen_calibration(rubric_ref: str, path: Path | None) -> tuple[Any, Path | 
     if not path.is_file():
         raise DataError(f"calibration file not found: {path}")
     return Calibration.load(path), path
+
+
+def output_problem(path: Path, *, folder: bool) -> str | None:
+    """Why a command could not write `path` (a folder it fills when `folder`, else a file), checked
+    before any work so a long run does not end in an errno; None when it can."""
+    if folder and path.exists() and not path.is_dir():
+        return f"{path} is a file; give a folder (it is created when missing)"
+    if not folder and path.is_dir():
+        return f"{path} is a folder; give a file name"
+    ancestor = path if path.exists() else path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{path}: cannot be created, {ancestor} is a file"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"{path}: no permission to write in {ancestor}"
+    return None
+
+
+def refuse_output(err: Console, path: Path | None, *, folder: bool, option: str) -> None:
+    """Exit 2 with one `error:` line when `path` cannot be written (see `output_problem`)."""
+    problem = None if path is None else output_problem(path, folder=folder)
+    if problem:
+        say(err, f"error: {option} {problem}")
+        raise typer.Exit(2)
 
 
 def calibration_beside(rubric_ref: str) -> Any:

@@ -33,6 +33,7 @@ from .common import (
     RubricRef,
     ThreadsOption,
     chosen_calibration,
+    refuse_output,
     guarded,
     load_engine,
     load_target,
@@ -107,6 +108,7 @@ def eval_command(
     from ..quality.evaluate import evaluate, with_thresholds, write_outputs
 
     err = stderr()
+    refuse_output(err, out, folder=True, option="--out")
     method = guarded(ctx, err, lambda: _debias(debias))
     if raw and method is None:
         method = "none"
@@ -202,6 +204,7 @@ def calibrate_command(
                      "give --output PATH")
             raise typer.Exit(2)
         output = Calibration.path_for(rubric_ref)
+    refuse_output(err, output, folder=False, option="--output")
     target, rubric = _target(ctx, rubric_ref, err)
     fields = guarded(ctx, err, lambda: _read_fields(rubric, resolve_fields(rubric, field)))
     texts = None if unlabelled is None else guarded(ctx, err, lambda: _texts(unlabelled, text_column, rows, limit, seed))

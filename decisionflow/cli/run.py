@@ -204,7 +204,7 @@ def _usage_problem(
         return "give exactly one of --text or --input"
     if input_path is not None and output_path is None:
         return "--input needs --output"
-    file_only = {"--text-column": options["text_column"], "--id-column": options["id_column"]}
+    file_only = {"--output": output_path, "--text-column": options["text_column"], "--id-column": options["id_column"]}
     if executor is Executor.ray:
         file_only["--engine ray"] = executor.value
     given = [name for name, value in file_only.items() if value is not None]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..compiler import Catalog, CompiledRubric, ReadMode, TokenizerView, compile_rubric
-from ..errors import CalibrationError, DecisionflowError, InputError, ResultError
+from ..errors import CalibrationError, DecisionflowError, InputError, ModelError, ResultError
 from ..spec.declare import rubric_of, typed_model
 from ..spec.plan import Plan, make_plan
 from ..spec.rubric import Rubric
@@ -146,11 +146,12 @@ class Engine:
         builds the transformers model, which token-by-token generation (`runtime.generation`) needs.
         `pack_weights`: see `loading.load_model` (off for a process that decides one text).
         """
-        # Argument mistakes are named before the model loads, not after.
+        # Argument mistakes are named before the model loads, not after (a ModelError, like a bad device,
+        # dtype or loader).
         mode = _choice("mode", mode, ReadMode)
         chosen_debias = None if debias is None else _choice("debias", debias, Debias)
         if kernels not in KERNEL_CHOICES:
-            raise ValueError(f"Engine.load: unknown kernels {kernels!r}; use {', '.join(map(repr, KERNEL_CHOICES))}")
+            raise ModelError(f"Engine.load: unknown kernels {kernels!r}; use {', '.join(map(repr, KERNEL_CHOICES))}")
         if threads:
             import torch
 
@@ -504,4 +505,4 @@ def _choice(argument: str, value: Any, kind: type[Enum]) -> Any:
         return kind(value)
     except ValueError:
         allowed = ", ".join(repr(member.value) for member in kind)  # type: ignore[attr-defined]
-        raise ValueError(f"Engine.load: unknown {argument} {value!r}; use {allowed}") from None
+        raise ModelError(f"Engine.load: unknown {argument} {value!r}; use {allowed}") from None

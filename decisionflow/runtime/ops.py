@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..errors import Unavailable
+from ..errors import ModelError, Unavailable
 
 KERNEL_CHOICES = ("auto", "triton", "torch")
 TRITON_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
@@ -117,7 +117,7 @@ def triton_refusal(model: Any, device: torch.device) -> str | None:
 def choose_ops(kernels: str, model: Any, device: torch.device) -> TorchOps | TritonOps:
     """`auto`: the Triton kernels on CUDA when they import and support the model, else torch."""
     if kernels not in KERNEL_CHOICES:
-        raise ValueError(f"unknown kernels choice {kernels!r}; use {', '.join(KERNEL_CHOICES)}")
+        raise ModelError(f"unknown kernels choice {kernels!r}; use {', '.join(KERNEL_CHOICES)}")
     if kernels == "torch" or (kernels == "auto" and device.type != "cuda"):
         return TorchOps()
     refusal = triton_refusal(model, device)

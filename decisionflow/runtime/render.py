@@ -48,7 +48,7 @@ def decision_table(decision: Any) -> Group:
     s = decision.stats
     corrections = sorted({f.debias for f in decision.fields.values() if f.asked and f.debias != "none"})
     footer = Text(
-        f"{s.forward_passes} forward passes, {s.tokens_prefilled} tokens prefilled "
+        f"{s.forward_passes} forward pass{'' if s.forward_passes == 1 else 'es'}, {s.tokens_prefilled} tokens prefilled "
         f"(input {s.input_tokens}; head {s.head_tokens} tokens, from {s.head_source}), "
         f"{s.timings_ms.get('total', 0):.0f} ms"
         + (f"; p debiased ({', '.join(corrections)})" if corrections else ""),

@@ -108,7 +108,7 @@ def check_output(path: Path, *, source: Path | None = None, identity: OutputIden
 
 def _check_path(path: Path, source: Path | None) -> None:
     """`check_output` without reading the file."""
-    if source is not None and path.exists() and Path(source).exists() and os.path.samefile(source, path):
+    if source is not None and _same_file(Path(source), path):
         raise OutputRefused(f"{path} is the input file; the output must be another file")
     suffix = path.suffix.lower()
     if suffix in REFUSED_SUFFIXES:
@@ -126,6 +126,14 @@ def _check_path(path: Path, source: Path | None) -> None:
         raise OutputRefused(f"{path}: cannot create the output's folder, {ancestor} is a file")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise OutputRefused(f"{path}: no permission to create the output in {ancestor}")
+
+
+def _same_file(source: Path, path: Path) -> bool:
+    """Whether `path` names `source`: through links when it exists, else by its resolved name (which
+    also sees through folders not created yet, as in `new/../input.jsonl`)."""
+    if path.exists() and source.exists():
+        return os.path.samefile(source, path)
+    return os.path.realpath(source) == os.path.realpath(path)
 
 
 def recover_output(path: Path, identity: OutputIdentity | None = None) -> tuple[set[str], int]:

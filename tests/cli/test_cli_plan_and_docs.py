@@ -173,3 +173,26 @@ def test_calibrate_usage_errors_are_one_error_line(args, tmp_path, monkeypatch):
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["eval", "sentiment", "--data", "rows.csv", "--out", "a_file"], "error: --out a_file is a file; give a folder"),
+    (["eval", "sentiment", "--data", "rows.csv", "--out", "a_file/sub"], "error: --out a_file/sub: cannot be created, a_file is a file"),
+    (["calibrate", "sentiment", "--data", "rows.csv", "--output", "a_folder"], "error: --output a_folder is a folder; give a file name"),
+    (["bench", "--out", "a_file", "--workloads", "model_routing_route"], "error: --out a_file is a file; give a folder"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.csv").write_text("text,sentiment\ngreat,positive\n")
+    (tmp_path / "a_file").write_text("keep me\n")
+    (tmp_path / "a_folder").mkdir()
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [message + (" (it is created when missing)" if "give a folder" in message else "")]
+    assert (tmp_path / "a_file").read_text() == "keep me\n"
+
+
+def test_bench_names_the_known_workloads_when_one_is_unknown():
+    result = runner.invoke(app, ["bench", "--workloads", "model_routing_route,typo", "--methods", "decisionflow"])
+    assert result.exit_code == 2
+    assert "unknown workload 'typo'" in result.output and "model_routing_route" in result.output

@@ -137,3 +137,12 @@ def test_records_keep_integer_ids_and_name_their_rubric_and_another_rubric_is_re
     other = invoke("run", TRIAGE, "--input", str(source), "--output", str(out))
     refused(other, "a result of rubric 'sentiment'")
     assert out.read_bytes() == before
+
+
+def test_the_input_reached_through_a_folder_not_yet_made_is_refused_and_nothing_is_created(tmp_path, no_model):
+    source = tmp_path / "same.jsonl"
+    source.write_text(ROWS)
+    output = tmp_path / "new" / ".." / "same.jsonl"
+    refused(invoke("run", SENTIMENT, "--input", str(source), "--output", str(output)), "is the input file")
+    assert source.read_text() == ROWS
+    assert not (tmp_path / "new").exists()

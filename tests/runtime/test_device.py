@@ -81,5 +81,5 @@ def test_kernel_choices_resolve_and_refuse_clearly(engine: Engine, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(Unavailable, match="kernels='triton' cannot be used: Triton kernels run on CUDA"):
         Engine(engine.loaded, options=EngineOptions(kernels="triton"))
-    with pytest.raises(ValueError, match="unknown kernels choice 'cuda'"):
+    with pytest.raises(ModelError, match="unknown kernels choice 'cuda'"):
         Engine(engine.loaded, options=EngineOptions(kernels="cuda"))

@@ -14,6 +14,7 @@ from decisionflow.errors import (
     CalibrationError,
     DecisionflowError,
     InputError,
+    ModelError,
     ResultError,
 )
 from decisionflow.runtime.calibration import Calibration, FieldCalibration
@@ -70,7 +71,7 @@ def test_engine_load_names_a_bad_argument_before_loading_the_model(monkeypatch, 
 
     monkeypatch.setattr(engine_module, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     (name, value), = argument.items()
-    with pytest.raises(ValueError, match=f"Engine.load: unknown {name} {value!r}; use "):
+    with pytest.raises(ModelError, match=f"Engine.load: unknown {name} {value!r}; use "):
         Engine.load(**argument)
 
 

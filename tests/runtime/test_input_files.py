@@ -137,6 +137,7 @@ def test_run_decides_a_csv_file_by_its_own_ids(tmp_path):
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
+        (["--text", "x", "--output", "o.jsonl"], "--output applies to --input files only"),
         (["--text", "x", "--text-column", "t"], "--text-column applies to --input files only"),
         (["--text", "x", "--engine", "ray"], "--engine ray applies to --input files only"),
         (["--input", "in.csv", "--output", "o.jsonl", "--address", "127.0.0.1:6379"], "--address applies to --engine ray only"),
