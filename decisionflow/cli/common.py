@@ -59,8 +59,9 @@ def stderr() -> Console:
 
 
 def say(console: Console, message: str) -> None:
-    """Print plain text: no markup, no highlighting, never cut at the terminal's width."""
-    console.print(message, markup=False, highlight=False, soft_wrap=True)
+    """Print plain text: no markup, no emoji codes (`file.py:V:` stays as written), no highlighting,
+    never cut at the terminal's width."""
+    console.print(message, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
 def count(number: int, singular: str, plural: str | None = None) -> str:

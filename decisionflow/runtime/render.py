@@ -18,7 +18,9 @@ LOW_MASS = 0.2
 
 
 def decision_table(decision: Any) -> Group:
-    table = Table(title=f"{decision.rubric}", title_justify="left", show_lines=False)
+    # Every user-written string goes in as Text: a label such as `[b]` or `:x:` is shown as written,
+    # not read as rich markup or an emoji code.
+    table = Table(title=Text(f"{decision.rubric}"), title_justify="left", show_lines=False)
     # Names and answers stay whole; the runner-up column wraps when the terminal is narrow.
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("answer", no_wrap=True)
@@ -28,7 +30,7 @@ def decision_table(decision: Any) -> Group:
     table.add_column("round", justify="right")
     for name, field in decision.fields.items():
         if not field.asked:
-            table.add_row(name, Text("—", style="dim"), "", "", Text(field.reason, style="dim"), str(field.round))
+            table.add_row(Text(name), Text("—", style="dim"), "", "", Text(field.reason, style="dim"), str(field.round))
             continue
         ranked = sorted(field.probabilities.items(), key=lambda item: -item[1])
         # A derived field's answer is its rule applied to the decided answers, which need not be the
@@ -44,7 +46,7 @@ def decision_table(decision: Any) -> Group:
             mass = Text(field.method, style="dim")  # a derived field: computed, not read
         else:
             mass = Text(f"{field.candidate_mass:.2f}", style="red" if field.candidate_mass < LOW_MASS else "")
-        table.add_row(name, answer, f"{p_shown:.2f}", mass, runner, str(field.round))
+        table.add_row(Text(name), Text(answer), f"{p_shown:.2f}", mass, Text(runner), str(field.round))
     s = decision.stats
     corrections = sorted({f.debias for f in decision.fields.values() if f.asked and f.debias != "none"})
     footer = Text(

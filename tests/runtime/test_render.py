@@ -38,3 +38,20 @@ def test_a_read_answer_shows_the_top_probability_and_the_second_best():
     row = _row(_table_text({"urgent": urgent}), "urgent")
     assert row[1:3] == ["true", "0.70"]
     assert row[4] == "false 0.30"
+
+
+def test_labels_that_look_like_markup_or_emoji_codes_are_shown_as_written():
+    field = FieldResult(name="d", kind=FieldKind.CHOICE, value=":x:",
+                        probabilities={":x:": 0.6, "[b]": 0.3, "[red]plain": 0.1}, candidate_mass=0.5, round=1,
+                        method="first_token")
+    row = _row(_table_text({"d": field}), "d")
+    assert row[1] == ":x:"
+    assert row[4] == "[b] 0.30"
+
+
+def test_cli_lines_keep_emoji_codes_as_written():
+    from decisionflow.cli.common import say
+
+    console = Console(width=160, record=True, color_system=None)
+    say(console, "OK errs/validator.py:V: v [b]")
+    assert console.export_text().strip() == "OK errs/validator.py:V: v [b]"
