@@ -163,6 +163,16 @@ def refuse_output(err: Console, path: Path | None, *, folder: bool, option: str)
         raise typer.Exit(2)
 
 
+def check_calibration(calibration: Any, file: Path | None, rubric: Rubric) -> None:
+    """`Calibration.check`, its refusal naming the file (one found beside a rubric was not named by the user)."""
+    from ..errors import CalibrationError
+
+    try:
+        calibration.check(rubric)
+    except CalibrationError as error:
+        raise CalibrationError(f"{file}: {error}" if file is not None else str(error)) from None
+
+
 def calibration_beside(rubric_ref: str) -> Any:
     """The calibration file saved beside a YAML rubric by `decisionflow calibrate`, if any."""
     from ..runtime.calibration import Calibration

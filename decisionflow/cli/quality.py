@@ -32,6 +32,7 @@ from .common import (
     ModelOption,
     RubricRef,
     ThreadsOption,
+    check_calibration,
     chosen_calibration,
     refuse_output,
     guarded,
@@ -116,9 +117,9 @@ def eval_command(
     fields = guarded(ctx, err, lambda: resolve_fields(rubric, [field] if field else None))
     chosen = guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, [label_column] if label_column else None,
                                              rows, limit, seed, err))
-    base = None if raw else guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path)[0])
+    base, base_file = (None, None) if raw else guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path))
     if base is not None:
-        guarded(ctx, err, lambda: base.check(rubric))
+        guarded(ctx, err, lambda: check_calibration(base, base_file, rubric))
     calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader, generates=baseline))
     with _progress_bars(err) as progress_for:

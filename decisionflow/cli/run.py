@@ -21,6 +21,7 @@ from .common import (
     ModelOption,
     RubricRef,
     ThreadsOption,
+    check_calibration,
     chosen_calibration,
     guarded,
     load_engine,
@@ -103,7 +104,7 @@ def run(
     if calibration is not None:
         from ..spec.declare import rubric_of
 
-        guarded(ctx, err, lambda: calibration.check(rubric_of(target)))
+        guarded(ctx, err, lambda: check_calibration(calibration, calibration_file, rubric_of(target)))
         # Probabilities and abstentions change under a calibration: say which file did it.
         say(err, f"calibration: {calibration_file} ({', '.join(calibration.fields)})")
     if input_path is not None:

@@ -41,7 +41,15 @@ def derive_field(
     return FieldResult(
         name=name, kind=spec.kind, value=value, probabilities={k: v / total for k, v in scores.items()},
         candidate_mass=None, round=round_index, method="derived", derived_from="joint" if joint_used else "independent",
+        debias=_corrections_read(reads, results),
     )
+
+
+def _corrections_read(reads: list[str], results: dict[str, FieldResult]) -> str:
+    """The readout correction behind a derived field: that of the asked fields it reads, `a+b` when
+    they differ (it is computed from their corrected distributions, and corrects nothing itself)."""
+    applied = sorted({results[read].debias for read in reads if read in results and results[read].asked})
+    return "+".join(applied) if applied else "none"
 
 
 def _variables(

@@ -209,6 +209,9 @@ def _load_model(model: str | os.PathLike | None, *, dtype: str, device: str, sta
 MODEL_FILES = ("config.json", "*.safetensors", "*.gguf", "pytorch_model*.bin")
 """What a model folder is recognised by, as error messages name it."""
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
+TOKENIZER_ANY = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+"""What a model folder's weights and tokenizer are recognised by (any one of each)."""
 GGUF_MAGIC = b"GGUF"
 HUB_PROBE_TIMEOUT_S = 10.0
 
@@ -244,8 +247,13 @@ def _check_gguf(path: Path) -> None:
 
 
 def _check_folder(path: Path) -> None:
-    """A model folder holds `config.json` (the weights and tokenizer beside it); say what is missing."""
+    """A model folder holds `config.json`, the weights and the tokenizer; say what is missing."""
     if (path / "config.json").is_file():
+        missing = [what for what, patterns in (("weights", WEIGHT_FILES), ("tokenizer", TOKENIZER_ANY))
+                   if not any(next(path.glob(pattern), None) is not None for pattern in patterns)]
+        if missing:
+            raise ModelError(f"could not load model {str(path)!r}: it holds config.json but no {' and no '.join(missing)} "
+                             f"({', '.join(WEIGHT_FILES if missing[0] == 'weights' else TOKENIZER_ANY)})")
         return
     ggufs = sorted(path.glob("*.gguf"))
     if ggufs:

@@ -48,7 +48,7 @@ def decision_table(decision: Any) -> Group:
             mass = Text(f"{field.candidate_mass:.2f}", style="red" if field.candidate_mass < LOW_MASS else "")
         table.add_row(Text(name), Text(answer), f"{p_shown:.2f}", mass, Text(runner), str(field.round))
     s = decision.stats
-    corrections = sorted({f.debias for f in decision.fields.values() if f.asked and f.debias != "none"})
+    corrections = sorted({f.debias for f in decision.fields.values() if f.asked and f.method != "derived" and f.debias != "none"})
     footer = Text(
         f"{s.forward_passes} forward pass{'' if s.forward_passes == 1 else 'es'}, {s.tokens_prefilled} tokens prefilled "
         f"(input {s.input_tokens}; head {s.head_tokens} tokens, from {s.head_source}), "

@@ -23,6 +23,11 @@ def places(tmp_path: Path, monkeypatch) -> Path:
     Path("ggufdir/model.gguf").write_bytes(b"GGUF")
     Path("weightsdir").mkdir()
     Path("weightsdir/model.safetensors").write_bytes(b"")
+    Path("configdir").mkdir()
+    Path("configdir/config.json").write_text("{}")
+    Path("notokenizer").mkdir()
+    Path("notokenizer/config.json").write_text("{}")
+    Path("notokenizer/model.safetensors").write_bytes(b"")
     return tmp_path
 
 
@@ -33,6 +38,10 @@ def places(tmp_path: Path, monkeypatch) -> Path:
     ("ggufdir", ("could not load model 'ggufdir': it holds no config.json but model.gguf; pass the file itself "
                  "(--model ggufdir/model.gguf)")),
     ("weightsdir", "could not load model 'weightsdir': no config.json in it"),
+    ("configdir", ("could not load model 'configdir': it holds config.json but no weights and no tokenizer "
+                   "(*.safetensors, pytorch_model*.bin)")),
+    ("notokenizer", ("could not load model 'notokenizer': it holds config.json but no tokenizer (tokenizer.json, "
+                     "tokenizer.model, vocab.json, tokenizer_config.json)")),
     ("./nowhere", "model not found: './nowhere' is neither a folder, a .gguf file nor a hub id (owner/name)"),
     ("nowhere/", "model not found: 'nowhere/' is neither a folder, a .gguf file nor a hub id (owner/name)"),
 ])

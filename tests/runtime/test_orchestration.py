@@ -144,6 +144,11 @@ def test_a_derived_field_takes_no_pass_and_its_probability_comes_from_its_inputs
     assert needs.probabilities["false"] == pytest.approx(low * legal.probabilities["false"], rel=1e-9)
     assert result.fields["callback"].asked == result.value.needs_human
     assert result.stats.forward_passes == len(plan.rounds)
+    assert needs.debias == "none"
+    # Computed from corrected inputs, it reports their correction.
+    corrected = engine.decide(Escalation, TEXT, debias="content_free")
+    assert corrected.fields["severity"].debias == "content_free"
+    assert corrected.fields["needs_human"].debias == "content_free"
 
 
 def test_a_rule_table_derived_field_from_yaml(engine: Engine):
