@@ -34,6 +34,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # read from the installed metadata only when asked (not on every import)
+        from importlib.metadata import version
+
+        return version("decisionflow")
     if name == "Engine":
         from .runtime.engine import Engine
 

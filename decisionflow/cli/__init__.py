@@ -26,11 +26,22 @@ app = typer.Typer(
 )
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"decisionflow {version('decisionflow')}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
     debug: Annotated[
         bool, typer.Option("--debug", help="Show full tracebacks instead of one line per problem.")
+    ] = False,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_print_version, help="Print decisionflow's version and exit.")
     ] = False,
 ) -> None:
     """Declare, check and plan closed-set decisions."""

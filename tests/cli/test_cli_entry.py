@@ -28,3 +28,16 @@ def test_failures_keep_their_exit_codes_and_messages(tmp_path):
     usage = _cli("run", "workflows/sentiment.yaml")  # neither --text nor --input
     assert usage.returncode == 2
     assert usage.stderr.strip() == "error: give exactly one of --text or --input"
+
+
+def test_version_is_the_installed_one():
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    import decisionflow
+    from decisionflow.cli import app
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"decisionflow {version('decisionflow')}" == f"decisionflow {decisionflow.__version__}"
