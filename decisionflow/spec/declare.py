@@ -48,9 +48,14 @@ SUPPORTED_TYPES = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Ask:
-    """Per-field marker for `Annotated[...]` metadata; build it with `ask(...)`."""
+    """Per-field marker for `Annotated[...]` metadata; build it with `ask(...)`.
+
+    Markers compare (and hash) by the types of their values as well as the values: `typing` caches
+    `Annotated[...]` by its metadata, and a marker equal to another through `True == 1` would hand one
+    class's declaration to the next.
+    """
 
     question: str | None = None
     options: tuple[tuple[Any, str], ...] = ()
@@ -58,11 +63,33 @@ class Ask:
     after: tuple[str, ...] = ()
     when: tuple[str, tuple[Any, ...]] | None = None
     """(field, values): ask this field only when that field's answer is one of the values."""
-    options_by: tuple[str, tuple[tuple[Any, tuple[Any, ...]], ...]] | None = None
-    """(parent, ((parent answer, allowed values), ...)): the options offered per parent answer."""
+    options_by: tuple[str, tuple[tuple[Any, tuple[tuple[Any, Any], ...]], ...]] | None = None
+    """(parent, ((parent answer, ((allowed value, description), ...)), ...)): the options offered per
+    parent answer (description None when not given)."""
     marginalize: int | None = None
     debias: str | None = None
     catalog: str | None = None
+    problems: tuple[str, ...] = ()
+    """Arguments `ask` could not take, reported with the class and field when the class is decorated."""
+
+    def _identity(self) -> tuple[Any, ...]:
+        return tuple(_typed(getattr(self, name)) for name in (
+            "question", "options", "after", "when", "options_by", "marginalize", "debias", "catalog", "problems"))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Ask):
+            return NotImplemented
+        return self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+
+def _typed(value: Any) -> Any:
+    """`value` with every item tagged by its type, so that `True`, `1` and `1.0` differ."""
+    if isinstance(value, (tuple, list)):
+        return (type(value), tuple(_typed(item) for item in value))
+    return (type(value), value)
 
 
 @dataclass(frozen=True)
@@ -76,12 +103,15 @@ class Derive:
 def derive(function: Callable[..., Any], question: str | None = None) -> Derive:
     """A field computed from decided fields, never asked: `function`'s parameter names are the fields it
     reads, and it returns one of the field's allowed values for every combination of their answers
-    (checked when the class is decorated; a field left unanswered is passed as None).
+    (checked when the class is decorated; a field left unanswered is passed as None). For an Enum field
+    it may return the Enum's members. `question` describes the field (default: its `Field(description=)`).
 
         needs_human: Annotated[bool, derive(lambda severity, legal_threat: severity >= 7 or legal_threat)]
     """
     if not callable(function):
         raise TypeError(f"derive() takes a function of the decided fields, got {function!r}")
+    if question is not None and not isinstance(question, str):
+        raise TypeError(f"derive(): the question must be a string, got {question!r}")
     return Derive(function=function, question=question)
 
 
@@ -89,9 +119,9 @@ def ask(
     question: str | None = None,
     *,
     options: Mapping[Any, str] | None = None,
-    after: Sequence[str] = (),
+    after: Sequence[str] | str = (),
     when: Mapping[str, Any] | None = None,
-    options_by: Mapping[str, Mapping[Any, Sequence[Any]]] | None = None,
+    options_by: Mapping[str, Mapping[Any, Sequence[Any] | Mapping[Any, str]]] | None = None,
     marginalize: int | None = None,
     debias: str | None = None,
     catalog: str | None = None,
@@ -103,15 +133,26 @@ def ask(
     first; `when={"department": ["billing", "returns"]}` asks the field only when an earlier answer
     is one of those values (the field must then be Optional with default None).
     `options_by={"domain": {"banking": ["transfer", "balance"], ...}}` offers, per answer of a parent
-    field, only those of the type's values. `marginalize=K` reads the field under each of its parent's
-    top-K answers and reports the mixture (see docs/declaring.md). `debias` and `catalog` override the
-    rubric's readout correction and catalog strategy for this field.
+    field, only those of the type's values (a mapping `{"transfer": "description", ...}` in place of a
+    list describes them). `marginalize=K` reads the field under each of its parent's top-K answers and
+    reports the mixture (see docs/declaring.md). `debias` and `catalog` override the rubric's readout
+    correction and catalog strategy for this field.
+
+    Arguments of the wrong shape are reported, with the class and field, when the class is decorated.
     """
     if question is not None and not isinstance(question, str):
         raise TypeError(f"ask(): the question must be a string, got {question!r}")
     if options is not None and not isinstance(options, Mapping):
         raise TypeError(f"ask(options=...) must map each allowed value to a description, got {options!r}")
-    after = (after,) if isinstance(after, str) else tuple(after)
+    problems: list[str] = []
+    if isinstance(after, str):
+        after = (after,)
+    elif isinstance(after, (list, tuple)) and all(isinstance(name, str) for name in after):
+        after = tuple(after)
+    else:
+        problems.append(f"ask(after=...) takes a field name or a list of field names, e.g. after=['severity']; "
+                        f"got {shown(after)}")
+        after = ()
     condition = None
     if when is not None:
         if not isinstance(when, Mapping) or len(when) != 1:
@@ -120,14 +161,14 @@ def ask(
                 f"when={{'department': ['billing', 'returns']}}; got {when!r}"
             )
         ((field, values),) = when.items()
-        values = tuple(values) if isinstance(values, (list, tuple, set, frozenset)) else (values,)
+        if isinstance(values, (set, frozenset)):
+            # A set's order depends on the process's hash seed; the condition keeps a stable one.
+            values = sorted(values, key=_stable_order)
+        values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
         condition = (field, tuple(_plain(value) for value in values))
     by = None
     if options_by is not None:
-        if not isinstance(options_by, Mapping) or len(options_by) != 1:
-            raise ValueError(f"ask(options_by=...) must map one parent field to its answers' options, got {options_by!r}")
-        ((parent, per_answer),) = options_by.items()
-        by = (parent, tuple((_plain(answer), tuple(_plain(v) for v in values)) for answer, values in per_answer.items()))
+        by = _options_by_marker(options_by, problems)
     return Ask(
         question=question,
         options=tuple((options or {}).items()),
@@ -137,7 +178,41 @@ def ask(
         marginalize=marginalize,
         debias=debias,
         catalog=catalog,
+        problems=tuple(problems),
     )
+
+
+def _stable_order(value: Any) -> tuple[str, str]:
+    value = _plain(value)
+    return (type(value).__name__, repr(value))
+
+
+_OPTIONS_BY_EXAMPLE = "e.g. options_by={'domain': {'banking': ['transfer', 'balance'], 'travel': [...]}}"
+
+
+def _options_by_marker(options_by: Any, problems: list[str]) -> Any:
+    """`options_by` as the marker keeps it; a shape it cannot take is added to `problems`."""
+    if not isinstance(options_by, Mapping) or len(options_by) != 1:
+        problems.append(f"ask(options_by=...) must map one parent field to the options of each of its answers, "
+                        f"{_OPTIONS_BY_EXAMPLE}; got {shown(options_by)}")
+        return None
+    ((parent, per_answer),) = options_by.items()
+    if not isinstance(per_answer, Mapping):
+        problems.append(f"ask(options_by=...) must map each answer of {shown(parent)} to that answer's options, "
+                        f"{_OPTIONS_BY_EXAMPLE}; got {shown(per_answer)}")
+        return None
+    entries = []
+    for answer, values in per_answer.items():
+        if isinstance(values, Mapping):
+            pairs = tuple((_plain(value), description) for value, description in values.items())
+        elif isinstance(values, (list, tuple)):
+            pairs = tuple((_plain(value), None) for value in values)
+        else:
+            problems.append(f"ask(options_by=...): the options under {shown(_plain(answer))} must be a list of the "
+                            f"type's values (or a mapping of value to description), got {shown(values)}")
+            continue
+        entries.append((_plain(answer), pairs))
+    return (parent, tuple(entries))
 
 
 @overload
@@ -286,7 +361,7 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
     source = source_of(model)
     _require_resolved_annotations(model, source)
     fields = {}
-    problems = []
+    problems = [problem(source, f"fields.{name}", reason) for name, reason in _private_decisions(model)]
     for field_name, info in model.model_fields.items():
         try:
             fields[field_name] = _field_data(model, field_name, info, source)
@@ -315,6 +390,23 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
     if problems:
         raise RubricError(problems)
     return rubric
+
+
+def _private_decisions(model: type[BaseModel]) -> list[tuple[str, str]]:
+    """Names starting with '_' declared with `ask`/`derive`: pydantic makes them private attributes, not
+    fields, so they would silently never be decided."""
+    found = []
+    for name in getattr(model, "__private_attributes__", {}):
+        annotation = next((vars(klass).get("__annotations__", {}).get(name) for klass in model.__mro__
+                           if name in vars(klass).get("__annotations__", {})), None)
+        if isinstance(annotation, str):
+            marked = "ask(" in annotation or "derive(" in annotation
+        else:
+            marked = any(isinstance(item, (Ask, Derive)) for item in getattr(annotation, "__metadata__", ()))
+        if marked:
+            found.append((name, f"{name!r} cannot be a decision field: pydantic treats names starting with '_' "
+                                "as private attributes, so it would never be decided; rename it without the '_'"))
+    return found
 
 
 def _unanswered_but_required(model: type[BaseModel], rubric: Rubric) -> list[tuple[str, str]]:
@@ -385,6 +477,8 @@ def _field_data(model: type[BaseModel], field_name: str, info: FieldInfo, source
         raise _DeclarationError(
             "no question: write `Annotated[..., ask(\"...\")]` or `Field(description=\"...\")`"
         )
+    if marker.problems:
+        raise _DeclarationError("; ".join(marker.problems))
     annotation, optional = _strip_optional(info.annotation)
     data: dict[str, Any] = {"question": question, **_kind_data(annotation, info.metadata)}
     if marker.options:
@@ -402,10 +496,24 @@ def _field_data(model: type[BaseModel], field_name: str, info: FieldInfo, source
         data["when"] = {"field": field, "values": list(values)}
     if marker.options_by is not None:
         parent, per_answer = marker.options_by
-        data["options_by"] = {"field": parent, "options": {
-            label_of(answer) if isinstance(answer, (bool, int)) else answer: {str(v): "" for v in values}
+        labels = [label_of(answer) if isinstance(answer, (bool, int)) else answer for answer, _ in per_answer]
+        repeated = next((label for i, label in enumerate(labels) if label in labels[:i]), None)
+        if repeated is not None:
+            raise _DeclarationError(f"ask(options_by=...) gives the options of {parent!r}'s answer "
+                                    f"{shown(repeated)} twice (an Enum member and its value are one answer)")
+        # Each answer's options as `{label, description}` items: the rubric refuses a repeated one
+        # (a mapping would merge it) and reads a label named `label` as a label.
+        data["options_by"] = {parent: {
+            label_of(answer) if isinstance(answer, (bool, int)) else answer: [
+                {"label": value, "description": description} for value, description in values
+            ]
             for answer, values in per_answer
         }}
+        # As YAML's `options_by` does, an option takes the first description given under any answer.
+        for label, text in data["options"].items() if data["kind"] is FieldKind.CHOICE else ():
+            if not text:
+                data["options"][label] = next((d for _, values in per_answer for v, d in values
+                                               if v == label and isinstance(d, str) and d), "")
     for key in ("marginalize", "debias", "catalog"):
         if getattr(marker, key) is not None:
             data[key] = getattr(marker, key)
@@ -418,7 +526,8 @@ def _field_data(model: type[BaseModel], field_name: str, info: FieldInfo, source
 def _derived_data(field_name: str, info: FieldInfo, marker: Derive, source: str) -> dict[str, Any]:
     annotation, _ = _strip_optional(info.annotation)
     try:
-        rule = CodeRule.of(marker.function, declared_in=source)
+        enum = annotation if isinstance(annotation, type) and issubclass(annotation, Enum) else None
+        rule = CodeRule.of(marker.function, declared_in=source, enum=enum)
     except ValueError as error:
         raise _DeclarationError(str(error)) from None
     question = marker.question or info.description or f"computed from {', '.join(rule.reads)}"

@@ -159,12 +159,21 @@ class CodeRule(_Rule):
     function: Any = Field(default=None, exclude=True, repr=False)
     declared_in: StrictStr | None = Field(default=None, exclude=True, repr=False)
     """The class that declares the field, as errors name it (`package.module.Class`)."""
+    enum: Any = Field(default=None, exclude=True, repr=False)
+    """The field's Enum class, when it has one: the function may return its members (read as their values)."""
 
     @classmethod
-    def of(cls, function: Callable[..., Any], declared_in: str | None = None) -> CodeRule:
-        parameters = inspect.signature(function).parameters.values()
+    def of(cls, function: Callable[..., Any], declared_in: str | None = None, enum: Any = None) -> CodeRule:
+        try:
+            parameters = list(inspect.signature(function).parameters.values())
+        except (TypeError, ValueError):
+            raise ValueError("derive(): the function's parameters cannot be read; pass a function (or lambda) "
+                             "whose parameters name the fields it reads") from None
         if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in parameters):
             raise ValueError("derive(): the function's parameters must be plain names of the fields it reads")
+        if not parameters:
+            raise ValueError("derive(): the function takes no parameters; name the fields it reads as its "
+                             "parameters, e.g. `derive(lambda severity: severity >= 7)`")
         try:
             source = inspect.getsource(function)
         except (OSError, TypeError):
@@ -172,14 +181,17 @@ class CodeRule(_Rule):
         digest = hashlib.sha256(source.encode()).hexdigest()[:12]
         name = getattr(function, "__qualname__", repr(function))
         return cls(reads=tuple(p.name for p in parameters), code=f"{name}#{digest}", function=function,
-                   declared_in=declared_in)
+                   declared_in=declared_in, enum=enum)
 
     @property
     def function_name(self) -> str:
         return self.code.rsplit("#", 1)[0]
 
     def evaluate(self, answers: dict[str, Value | None]) -> Any:
-        return self.function(**{name: answers.get(name) for name in self.reads})
+        value = self.function(**{name: answers.get(name) for name in self.reads})
+        if self.enum is not None and isinstance(value, self.enum):
+            return value.value  # a member of the field's own Enum is its value, as the type reads it
+        return value
 
 
 Derivation = Annotated[

@@ -128,7 +128,7 @@ def _message(detail: dict[str, Any], path: Path, *, hint: bool = True) -> str:
         return f"unknown {what} {shown(value)}; expected {ctx.get('expected', 'one of the listed values')}"
     if kind == "string_pattern_mismatch" and ctx.get("pattern") == NAME_PATTERN:
         return (
-            f"{shown(value)} is not a valid name: use letters, digits and underscores, "
+            f"{shown(value)} is not a valid name: use ASCII letters (a-z, A-Z), digits and underscores, "
             "not starting with a digit"
         )
     if kind in {"union_tag_invalid", "literal_error"} or not _is_scalar(value):

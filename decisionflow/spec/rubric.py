@@ -130,28 +130,40 @@ class FieldSpec(_Frozen):
             if len(by) == 1:
                 (_, per_answer), = by.items()
                 if isinstance(per_answer, dict):
-                    union: dict[Any, Any] = {}
-                    for options in per_answer.values():
-                        for label, description in _option_items(options):
-                            if isinstance(label, str) and (label not in union or not union[label]):
-                                union[label] = description or ""
-                    data = {**data, "options": union}
+                    readable = {}
+                    for answer, options in per_answer.items():
+                        try:
+                            readable[answer] = dict(_option_items(options))
+                        except RubricProblems:
+                            continue  # reported where it is written, by `_options_by_mapping`
+                    data = {**data, "options": options_by_union(readable)}
         return data
 
     @field_validator("options_by", mode="before")
     @classmethod
     def _options_by_mapping(cls, value: Any) -> Any:
-        if isinstance(value, dict) and set(value) != {"field", "options"}:
+        if not isinstance(value, dict):
+            return value
+        if set(value) == {"field", "options"}:
+            field, per_answer, at = value["field"], value["options"], "options"
+        else:
             if len(value) != 1:
                 raise ValueError("must name exactly one parent field, e.g. {domain: {banking: [...], travel: [...]}}")
             (field, per_answer), = value.items()
-            if not isinstance(per_answer, dict):
-                raise ValueError(f"{shown(field)} must map each of its answers to that answer's options")
-            _check_answer_keys(per_answer, field, at=field)
-            return {"field": field, "options": {k: dict(_option_items(v)) for k, v in per_answer.items()}}
-        if isinstance(value, dict) and isinstance(value.get("options"), dict):
-            _check_answer_keys(value["options"], value["field"], at="options")
-        return value
+            at = field
+        if not isinstance(per_answer, dict):
+            raise ValueError(f"{shown(field)} must map each of its answers to that answer's options")
+        _check_answer_keys(per_answer, field, at=at)
+        options: dict[Any, dict[str, str]] = {}
+        problems: list[str] = []
+        for answer, listed in per_answer.items():
+            try:
+                options[answer] = dict(_option_items(listed, at=_location(at, answer)))
+            except RubricProblems as error:
+                problems += error.messages
+        if problems:
+            raise RubricProblems(problems)
+        return {"field": field, "options": options}
 
     @field_validator("name")
     @classmethod
@@ -174,8 +186,10 @@ class FieldSpec(_Frozen):
     @field_validator("options", mode="before")
     @classmethod
     def _options_from_list(cls, value: Any, info: ValidationInfo) -> Any:
+        score = info.data.get("kind") is FieldKind.SCORE
+        declared = bool(info.context and info.context.get("declaration"))
         if isinstance(value, (list, tuple)):
-            mapping: dict[str, str] = {}
+            pairs: list[tuple[Any, Any]] = []
             for index, item in enumerate(value):
                 if isinstance(item, dict) and set(item) <= {"label", "description"} and "label" in item:
                     label, description = item["label"], item.get("description", "")
@@ -188,16 +202,18 @@ class FieldSpec(_Frozen):
                     )
                 else:
                     label, description = item, ""
+                if score:
+                    pairs.append((label, description))
+                    continue
                 if not isinstance(label, str):
                     raise ValueError(f"option {index} must be a string label (quote it), got {shown(label)}")
-                if label in mapping:
+                if label in (known for known, _ in pairs):
                     raise ValueError(f"duplicate option {shown(label)}")
-                mapping[label] = "" if description is None else description
-            return mapping
+                pairs.append((label, "" if description is None else description))
+            return _score_options(pairs, integer_keys_only=declared) if score else dict(pairs)
         if isinstance(value, dict):
-            if info.data.get("kind") is FieldKind.SCORE:
-                declared = bool(info.context and info.context.get("declaration"))
-                return _score_options(value, integer_keys_only=declared)
+            if score:
+                return _score_options(list(value.items()), integer_keys_only=declared)
             return {k: "" if v is None else v for k, v in value.items()}
         return value
 
@@ -218,6 +234,9 @@ class FieldSpec(_Frozen):
             (field, values), = value.items()
             values = list(values) if isinstance(values, (list, tuple)) else [values]
             return {"field": field, "values": values}
+        if isinstance(value, dict) and not isinstance(value["values"], (list, tuple)):
+            # The long form takes a single value without a list too, as the short form does.
+            return {**value, "values": [value["values"]]}
         return value
 
     @model_validator(mode="after")
@@ -451,7 +470,11 @@ class Rubric(_Frozen):
         if spec.when is not None:
             target = self.fields.get(spec.when.field)
             if target is None:
-                yield f"fields.{key}.when: unknown field {shown(spec.when.field)} (fields: {known})"
+                hint = ""
+                if spec.when.field in ("field", "values"):
+                    hint = ("; to write the long form give both `field` and `values`, e.g. "
+                            "{field: department, values: [billing]}")
+                yield f"fields.{key}.when: unknown field {shown(spec.when.field)} (fields: {known}){hint}"
             elif spec.when.field == key:
                 yield f"fields.{key}.when: a field cannot depend on its own answer"
             else:
@@ -548,14 +571,17 @@ def _written(value: Value) -> str:
     return label_of(value) if isinstance(value, (bool, int)) else repr(value)
 
 
-def _score_options(options: dict[Any, Any], *, integer_keys_only: bool) -> dict[Any, Any]:
-    """A score's option keys as labels ("0", "9"); YAML and classes give them as integers."""
+def _score_options(options: list[tuple[Any, Any]], *, integer_keys_only: bool) -> dict[Any, Any]:
+    """A score's option keys as labels ("0", "9"): a declaration writes its levels as integers, in a
+    mapping or a list alike (`model_dump` writes them as digit strings, which it reads back)."""
     labels: dict[Any, Any] = {}
-    for key, description in options.items():
+    for key, description in options:
         if isinstance(key, int) and not isinstance(key, bool):
             label = str(key)
         elif integer_keys_only or not (isinstance(key, str) and key == str(_as_int(key))):
-            raise ValueError(f"a score's option keys are its levels, written as integers; got {shown(key)}")
+            level = _as_int(key) if isinstance(key, str) else None
+            hint = f" (write {level}, without quotes)" if level is not None else ""
+            raise ValueError(f"a score's option keys are its levels, written as integers; got {shown(key)}{hint}")
         else:
             label = key
         if label in labels:
@@ -564,20 +590,69 @@ def _score_options(options: dict[Any, Any], *, integer_keys_only: bool) -> dict[
     return labels
 
 
-def _option_items(options: Any) -> list[tuple[Any, Any]]:
-    """(label, description) pairs of an options list or mapping, as `options` accepts them."""
+def options_by_union(per_answer: dict[Any, dict[str, str]]) -> dict[str, str]:
+    """The options of an `options_by` field written without `options`: every answer's options in order
+    of first appearance, each with the first description given for it."""
+    union: dict[str, str] = {}
+    for options in per_answer.values():
+        for label, description in options.items():
+            if label not in union or not union[label]:
+                union[label] = description
+    return union
+
+
+def _location(*parts: Any) -> str | None:
+    """A dotted location for a message's prefix, or None when a part cannot be written in one."""
+    text = ".".join(str(part) for part in parts)
+    return text if all(isinstance(p, (str, int)) for p in parts) and _DOTTED.fullmatch(text) else None
+
+
+def _option_items(options: Any, at: str | None = None) -> list[tuple[str, str]]:
+    """(label, description) pairs of one `options_by` answer's options, in the forms `options` takes: a
+    list of labels, `{label: description}` or `{label: ..., description: ...}` items, or a mapping of
+    label to description. Raises `RubricProblems`, each problem located under `at` where it can be."""
+
+    def fail(index: Any, message: str) -> RubricProblems:
+        where = _location(at, index) if at is not None and index is not None else None
+        where = where or at
+        return RubricProblems([f"{where}: {message}" if where else message])
+
     if isinstance(options, dict):
-        return [(label, "" if text is None else text) for label, text in options.items()]
-    if isinstance(options, (list, tuple)):
-        pairs = []
-        for item in options:
-            if isinstance(item, dict) and len(item) == 1:
-                (label, text), = item.items()
-                pairs.append((label, "" if text is None else text))
+        items = list(options.items())
+        pairs_from_list = False
+    elif isinstance(options, (list, tuple)):
+        items = []
+        for index, item in enumerate(options):
+            if isinstance(item, dict) and set(item) <= {"label", "description"} and "label" in item:
+                items.append((item["label"], item.get("description")))
+            elif isinstance(item, dict) and len(item) == 1:
+                items.append(next(iter(item.items())))
+            elif isinstance(item, dict):
+                raise fail(index, f"option {index} must be a label, `{{label: description}}` or "
+                                  f"`{{label: ..., description: ...}}`; got a mapping with keys {shown(list(item))}")
+            elif isinstance(item, (list, tuple)):
+                raise fail(index, f"option {index} must be a label, `{{label: description}}` or "
+                                  f"`{{label: ..., description: ...}}`; got a list {shown(item)}")
             else:
-                pairs.append((item, ""))
-        return pairs
-    raise ValueError(f"options must be a list of labels or a mapping of label to description, got {shown(options)}")
+                items.append((item, None))
+        pairs_from_list = True
+    else:
+        raise fail(None, f"must be a list of labels or a mapping of label to description, got {shown(options)}")
+    pairs: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for index, (label, description) in enumerate(items):
+        place = index if pairs_from_list else (label if isinstance(label, str) else None)
+        if not isinstance(label, str):
+            quote = " (quote it)" if isinstance(label, (bool, int, float)) else ""
+            raise fail(place, f"option {index if pairs_from_list else shown(label)} must be a string label"
+                              f"{quote}, got {shown(label)}")
+        if label in seen:
+            raise fail(place, f"duplicate option {shown(label)}")
+        seen.add(label)
+        if description is not None and not isinstance(description, str):
+            raise fail(place, f"the description of {shown(label)} must be a string, got {shown(description)}")
+        pairs.append((label, description or ""))
+    return pairs
 
 
 def _as_int(text: str) -> int | None:

@@ -25,7 +25,7 @@ from .problems import (
     rubric_error,
     unknown_key,
 )
-from .rubric import DECLARATION, FieldKind, FieldSpec, Rubric
+from .rubric import DECLARATION, FieldKind, FieldSpec, Rubric, options_by_union
 from .text import shown
 from .yaml_reader import (
     MAX_FILE_BYTES,
@@ -187,7 +187,9 @@ def _field_data(spec: FieldSpec, rubric: Rubric) -> dict[str, Any]:
         if key == "name" or (not info.is_required() and value == info.default):
             continue
         if key == "options" and spec.options_by is not None:
-            continue  # the union of `options_by`, which is written instead
+            union = options_by_union(spec.options_by.options)
+            if list(union.items()) == list(value.items()):
+                continue  # the union of `options_by`, which is written instead
         if key == "options_by":
             value = {value.field: {answer: list(options) if not any(options.values()) else {k: v or None for k, v in options.items()}
                                    for answer, options in value.options.items()}}
