@@ -23,13 +23,14 @@ asked; the top joint answers are reported.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
 import torch
 
 from ..compiler import CompiledField, CompiledRubric
-from ..errors import InputError
+from ..errors import InputError, ModelError
 from ..spec.plan import Plan, Round
 from ..spec.rubric import FieldKind, FieldSpec, Value, label_of
 from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
@@ -294,6 +295,12 @@ def _field_result(
     debias = Debias.NONE
     joint: dict[tuple[str, str], float] = {}
     for read, reading in group:
+        if not all(math.isfinite(p) for p in reading.probabilities):
+            raise ModelError(
+                f"field {name!r}: the model's scores are not finite numbers, so no answer can be read; its weights "
+                "are damaged (a converted GGUF copy is rebuilt after deleting its folder under the decisionflow "
+                "cache's models/)"
+            )
         indexes = [labels.index(label) for label in read.row.labels]
         offered_set.update(indexes)
         probabilities = reading.probabilities

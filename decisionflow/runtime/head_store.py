@@ -124,6 +124,10 @@ class HeadStore:
                 k.shape[-2] != len(head_tokens) or k.dtype != self.dtype or v.shape != k.shape for k, v in kv
             ):
                 raise ValueError("its tensors do not match this model's layers, dtype or head length")
+            # Damaged bytes in a float file almost always make some value NaN or infinite; a head read
+            # from such a file would turn every answer into a pick among NaNs.
+            if not all(bool(torch.isfinite(t).all()) for pair in kv for t in pair):
+                raise ValueError("it holds values that are not finite (the file is damaged)")
         except Exception as error:  # noqa: BLE001 - a damaged cache file must never fail a request
             warnings.warn(f"ignoring the stored head {path.name}: {error}", HeadCacheWarning, stacklevel=2)
             path.unlink(missing_ok=True)

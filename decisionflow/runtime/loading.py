@@ -413,11 +413,29 @@ def _load_weights(source: str, torch_dtype: Any, loader: str, **kwargs: Any) -> 
     return AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
 
 
+CONVERTED_FILES = ".decisionflow-files.json"
+"""Beside a converted copy: each file's size and modification time when it was written, so a file
+changed or cut short since is noticed before it is read."""
+
+
 def _load_gguf(path: Path, torch_dtype: Any, status: Status, loader: str) -> tuple[Any, Any]:
+    _check_cache_root()
     target = cache_root() / "models" / f"{path.stem}-{_file_digest(path)}"
     if (target / "config.json").is_file():
-        status(f"loading {path.name} (converted copy in {target})")
-        return _load_pretrained(str(target), torch_dtype, loader)
+        damage = _changed_since_conversion(target)
+        if not damage:
+            status(f"loading {path.name} (converted copy in {target})")
+            try:
+                return _load_pretrained(str(target), torch_dtype, loader)
+            except Exception as error:  # noqa: BLE001 - our own copy that does not load is damaged: rebuild it
+                damage = " ".join(str(error).split())[:200]
+        import warnings
+
+        from .head_store import HeadCacheWarning
+
+        warnings.warn(f"the converted copy in {target} is damaged ({damage}); converting {path.name} again",
+                      HeadCacheWarning, stacklevel=3)
+        shutil.rmtree(target, ignore_errors=True)
     status(f"converting {path.name} from GGUF (dequantising; once per file, about 20 s)")
     import torch
 
@@ -432,6 +450,7 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status, loader: str) -> tup
     try:
         model.save_pretrained(scratch)
         tokenizer.save_pretrained(scratch)
+        _record_converted_files(scratch)
         os.replace(scratch, target)
         status(f"saved the converted weights to {target}")
     except OSError as exc:
@@ -444,6 +463,45 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status, loader: str) -> tup
     # The first run reads the converted copy as every later run will, so both see the same model.
     del model
     return _load_pretrained(str(target), torch_dtype, loader)
+
+
+def _check_cache_root() -> None:
+    """The cache must be a folder that can be made: say so before a conversion, not after it."""
+    root = cache_root()
+    folder = root
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        where = "DECISIONFLOW_CACHE" if os.environ.get("DECISIONFLOW_CACHE") else "the cache folder"
+        raise ModelError(f"{where} {str(root)!r} cannot be used: {folder} is a file, not a folder")
+
+
+def _record_converted_files(folder: Path) -> None:
+    entries = {item.name: [item.stat().st_size, item.stat().st_mtime_ns]
+               for item in sorted(folder.iterdir()) if item.is_file() and item.name != CONVERTED_FILES}
+    (folder / CONVERTED_FILES).write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
+
+
+def _changed_since_conversion(folder: Path) -> str:
+    """Which files of a converted copy are missing or changed since it was written ("" when none, or
+    when the copy predates the record)."""
+    record = folder / CONVERTED_FILES
+    if not record.is_file():
+        return ""
+    try:
+        entries = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"{CONVERTED_FILES} is unreadable"
+    changed = []
+    for name, (size, mtime_ns) in entries.items():
+        try:
+            stat = (folder / name).stat()
+        except OSError:
+            changed.append(f"{name} is missing")
+            continue
+        if stat.st_size != size or stat.st_mtime_ns != mtime_ns:
+            changed.append(f"{name} changed since the conversion")
+    return "; ".join(changed)
 
 
 def check_supported(model: Any, tokenizer: Any) -> None:

@@ -89,6 +89,37 @@ def test_a_damaged_file_is_ignored_with_a_warning(engine, tmp_path):
     assert fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT).stats.head_source == "disk"  # rewritten
 
 
+def test_a_file_whose_values_were_damaged_in_place_is_ignored_with_a_warning(engine, tmp_path):
+    # Same size and a valid header: only the values are overwritten, as a bad disk or a stray write does.
+    first = fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT, debias="none")
+    (stored,) = tmp_path.glob("*.safetensors")
+    data = bytearray(stored.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 4096] = b"\xff" * 4096  # 0xffffffff is a NaN in float32
+    stored.write_bytes(bytes(data))
+    with pytest.warns(HeadCacheWarning, match="values that are not finite"):
+        again = fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT, debias="none")
+    assert again.stats.head_source == "prefill"
+    assert again.to_dict()["fields"] == first.to_dict()["fields"]
+
+
+def test_scores_that_are_not_finite_are_an_error_not_an_answer(engine, monkeypatch):
+    from decisionflow.errors import ModelError
+    from decisionflow.runtime import executor
+
+    real = executor.read_fields
+
+    def poisoned(*args, **kwargs):
+        readings = real(*args, **kwargs)
+        for reading in readings.values() if isinstance(readings, dict) else readings:
+            object.__setattr__(reading, "probabilities", tuple(float("nan") for _ in reading.probabilities))
+        return readings
+
+    monkeypatch.setattr(executor, "read_fields", poisoned)
+    with pytest.raises(ModelError, match="not finite numbers"):
+        Engine(engine.loaded).decide(RUBRIC, TEXT, debias="none")
+
+
 def test_the_store_keeps_within_its_byte_budget(engine, tmp_path):
     budget = fresh(engine.loaded, tmp_path, head_store_bytes=1)
     for i in range(3):

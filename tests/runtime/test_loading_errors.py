@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -105,3 +106,25 @@ def test_the_cli_says_a_load_error_in_one_line(places, monkeypatch):
         assert planned.exit_code == 1
         [line] = planned.stderr.splitlines()
         assert line.startswith("error: could not load") and words in line, line
+
+
+def test_a_converted_copy_changed_since_its_conversion_is_noticed(tmp_path):
+    from decisionflow.runtime.loading import _changed_since_conversion, _record_converted_files
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 64)
+    (tmp_path / "tokenizer.json").write_text("{}")
+    assert _changed_since_conversion(tmp_path) == ""  # converted before the record was kept: trusted
+    _record_converted_files(tmp_path)
+    assert _changed_since_conversion(tmp_path) == ""
+    os.truncate(tmp_path / "model.safetensors", 10)
+    (tmp_path / "tokenizer.json").unlink()
+    assert _changed_since_conversion(tmp_path) == ("model.safetensors changed since the conversion; "
+                                                   "tokenizer.json is missing")
+
+
+def test_a_cache_that_is_a_file_is_refused_before_any_conversion(tmp_path, monkeypatch):
+    (tmp_path / "cache").write_text("not a folder")
+    monkeypatch.setenv("DECISIONFLOW_CACHE", str(tmp_path / "cache" / "inner"))
+    with pytest.raises(ModelError, match=r"DECISIONFLOW_CACHE '.*inner' cannot be used: .*cache is a file, not a folder"):
+        load_model(None, device="cpu")
