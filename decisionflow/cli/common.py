@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from ..errors import DataError, DecisionflowError, RubricError, outcome_of
+from ..runtime.resumable_jsonl import existing_ancestor
 from ..spec.references import YAML_SUFFIXES, resolve_rubric, resolve_target
 from ..spec.rubric import Rubric
 from ..spec.text import one_line
@@ -132,7 +133,7 @@ def chosen_calibration(rubric_ref: str, path: Path | None) -> tuple[Any, Path | 
 
     if path is None:
         beside = Calibration.path_for(rubric_ref) if rubric_ref.lower().endswith(YAML_SUFFIXES) else None
-        return (calibration_beside(rubric_ref), beside) if beside is not None and beside.is_file() else (None, None)
+        return (Calibration.load(beside), beside) if beside is not None and beside.is_file() else (None, None)
     if not path.is_file():
         raise DataError(f"calibration file not found: {path}")
     return Calibration.load(path), path
@@ -145,9 +146,7 @@ def output_problem(path: Path, *, folder: bool) -> str | None:
         return f"{path} is a file; give a folder (it is created when missing)"
     if not folder and path.is_dir():
         return f"{path} is a folder; give a file name"
-    ancestor = path if path.exists() else path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
+    ancestor = path if path.exists() else existing_ancestor(path)
     if not ancestor.is_dir():
         return f"{path}: cannot be created, {ancestor} is a file"
     if not os.access(ancestor, os.W_OK | os.X_OK):
@@ -171,16 +170,6 @@ def check_calibration(calibration: Any, file: Path | None, rubric: Rubric) -> No
         calibration.check(rubric)
     except CalibrationError as error:
         raise CalibrationError(f"{file}: {error}" if file is not None else str(error)) from None
-
-
-def calibration_beside(rubric_ref: str) -> Any:
-    """The calibration file saved beside a YAML rubric by `decisionflow calibrate`, if any."""
-    from ..runtime.calibration import Calibration
-
-    if not rubric_ref.lower().endswith(YAML_SUFFIXES):
-        return None
-    path = Calibration.path_for(rubric_ref)
-    return Calibration.load(path) if path.is_file() else None
 
 
 def load_engine(

@@ -467,10 +467,10 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status, loader: str) -> tup
 
 def _check_cache_root() -> None:
     """The cache must be a folder that can be made: say so before a conversion, not after it."""
+    from .resumable_jsonl import existing_ancestor
+
     root = cache_root()
-    folder = root
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    folder = root if root.exists() else existing_ancestor(root)
     if not folder.is_dir():
         where = "DECISIONFLOW_CACHE" if os.environ.get("DECISIONFLOW_CACHE") else "the cache folder"
         raise ModelError(f"{where} {str(root)!r} cannot be used: {folder} is a file, not a folder")

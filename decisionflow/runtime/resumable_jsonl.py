@@ -119,13 +119,19 @@ def _check_path(path: Path, source: Path | None) -> None:
         if path.is_file() and not os.access(path, os.R_OK | os.W_OK):
             raise OutputRefused(f"{path}: no permission to read and write the output")
         return
-    ancestor = path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
+    ancestor = existing_ancestor(path)
     if not ancestor.is_dir():
         raise OutputRefused(f"{path}: cannot create the output's folder, {ancestor} is a file")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise OutputRefused(f"{path}: no permission to create the output in {ancestor}")
+
+
+def existing_ancestor(path: Path) -> Path:
+    """The nearest folder above `path` that exists (or a file there, which blocks creating `path`)."""
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    return ancestor
 
 
 def _same_file(source: Path, path: Path) -> bool:
