@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from . import bench, quality, rubrics, run, serve
+from . import bench, fit, quality, rubrics, run, serve
 from .common import Settings
 
 app = typer.Typer(
@@ -53,6 +53,7 @@ app.command()(rubrics.plan)
 app.command()(run.run)
 app.command("eval")(quality.eval_command)
 app.command("calibrate")(quality.calibrate_command)
+app.command("fit")(fit.fit_command)
 app.command("bench")(bench.bench_command)
 app.command("serve")(serve.serve_command)
 

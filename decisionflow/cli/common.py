@@ -139,6 +139,31 @@ def chosen_calibration(rubric_ref: str, path: Path | None) -> tuple[Any, Path | 
     return Calibration.load(path), path
 
 
+HeadsOption = Annotated[
+    Path | None,
+    typer.Option("--heads", help="A heads file from `decisionflow fit` (default: NAME.heads.safetensors beside a YAML "
+                 "rubric, if any).", show_default=False),
+]
+NoHeadsOption = Annotated[
+    bool, typer.Option("--no-heads", help="Answer every field with the zero-shot readout, even where fitted heads are found.")
+]
+
+
+def chosen_heads(rubric_ref: str, path: Path | None, off: bool) -> tuple[Any, Path | None]:
+    """The fitted heads a command applies, and their file: none with `off`, `path` when given (it must
+    exist), else the file saved beside a YAML rubric, else none."""
+    from ..runtime.heads import Heads
+
+    if off:
+        if path is not None:
+            raise DataError("give --heads or --no-heads, not both")
+        return None, None
+    if path is None:
+        beside = Heads.path_for(rubric_ref) if rubric_ref.lower().endswith(YAML_SUFFIXES) else None
+        return (Heads.load(beside), beside) if beside is not None and beside.is_file() else (None, None)
+    return Heads.load(path), path
+
+
 def output_problem(path: Path, *, folder: bool) -> str | None:
     """Why a command could not write `path` (a folder it fills when `folder`, else a file), checked
     before any work so a long run does not end in an errno; None when it can."""

@@ -28,12 +28,15 @@ from .common import (
     DeviceOption,
     CalibrationOption,
     DtypeOption,
+    HeadsOption,
+    NoHeadsOption,
     LoaderOption,
     ModelOption,
     RubricRef,
     ThreadsOption,
     check_calibration,
     chosen_calibration,
+    chosen_heads,
     refuse_output,
     guarded,
     load_engine,
@@ -99,6 +102,8 @@ def eval_command(
         bool, typer.Option("--ablate", help="Also score the rubric's minimal variant (no instructions, no option descriptions) on the same rows.")
     ] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write eval.json, eval.md, rows.jsonl and reliability.png here.", show_default=False)] = None,
+    heads_path: HeadsOption = None,
+    no_heads: NoHeadsOption = False,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
@@ -121,15 +126,21 @@ def eval_command(
     if base is not None:
         guarded(ctx, err, lambda: check_calibration(base, base_file, rubric))
     calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
+    heads, heads_file = (None, None) if raw else guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads))
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader, generates=baseline))
+    if heads is not None:
+        guarded(ctx, err, lambda: engine.check_heads(heads, target))
+        say(err, f"heads: {heads_file} (fitted: {', '.join(heads.fitted_fields) or 'none'})")
     with _progress_bars(err) as progress_for:
         run = guarded(ctx, err, lambda: evaluate(
             engine, target, rubric, chosen, fields[0], calibration=calibration, debias=method,
             shuffle_orders=shuffle_options, seed=seed, baseline=baseline, ablate=ablate, progress_for=progress_for,
+            heads=heads,
         ))
     run.summary = {
         "rubric": rubric.name, "field": fields[0], "data": str(data), "model": model or "bundled SmolLM2-135M-Instruct",
         "selection": _selection(rows, limit, seed), "calibration": (calibration.model_dump() if calibration else None),
+        "heads": str(heads_file) if heads is not None else None,
         **run.summary,
     }
     if out is not None:
@@ -176,6 +187,8 @@ def calibrate_command(
                      "shipped workflow's name or module:Class).", show_default=False),
     ] = None,
     debias: DebiasOption = None,
+    heads_path: HeadsOption = None,
+    no_heads: NoHeadsOption = False,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
@@ -212,7 +225,12 @@ def calibrate_command(
     chosen = None if data is None else guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, label_column,
                                                                        rows, limit, seed, err))
     calibration = guarded(ctx, err, lambda: _existing_calibration(output, rubric))
+    heads, heads_file = guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads))
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader))
+    if heads is not None:
+        guarded(ctx, err, lambda: engine.check_heads(heads, target))
+        say(err, f"heads: {heads_file} (the temperature of {', '.join(heads.fitted_fields) or 'no field'} is fitted "
+                 "after the head)")
     out = Console()
     if texts is not None:
         with _progress_bars(err) as progress_for:
@@ -227,6 +245,7 @@ def calibrate_command(
             calibration, fits = guarded(ctx, err, lambda: fit_calibration(
                 engine, target, rubric, chosen, fields, min_mass=min_mass, min_probability=min_probability,
                 fit_min_mass=fit_min_mass, base=calibration, debias=method, progress=progress_for("deciding"),
+                heads=heads,
             ))
     guarded(ctx, err, lambda: calibration.save(output))
     for fit in fits:
@@ -355,6 +374,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
     keys = ("n", "accuracy", "macro_f1", "valid_rate", "ece", "mean_candidate_mass")
     compact = {k: summary.get(k) for k in keys}
     compact["debias"] = summary.get("debias")
+    compact["readout"] = summary.get("readout")
+    if "zero_shot" in summary:
+        compact["zero_shot"] = {**{k: summary["zero_shot"].get(k) for k in keys},
+                                "fitted_vs_zero_shot": summary["zero_shot"]["fitted_vs_zero_shot"]}
     if "raw" in summary:
         compact["raw"] = {k: summary["raw"].get(k) for k in keys}
     for extra in ("n_out_of_scope", "abstention", "shuffle", "ablate"):

@@ -21,8 +21,11 @@ from .common import (
     ModelOption,
     RubricRef,
     ThreadsOption,
+    HeadsOption,
+    NoHeadsOption,
     check_calibration,
     chosen_calibration,
+    chosen_heads,
     guarded,
     load_engine,
     load_target,
@@ -84,6 +87,8 @@ def run(
         typer.Option(min=1, help="--engine ray: engine actors, each loading the model once (default 1).", show_default=False),
     ] = None,
     calibration_path: CalibrationOption = None,
+    heads_path: HeadsOption = None,
+    no_heads: NoHeadsOption = False,
     timings: Annotated[
         bool, typer.Option("--timings", help="Say where the time went (start-up, model load, compile, head, passes); with --json, also in the output.")
     ] = False,
@@ -107,6 +112,10 @@ def run(
         guarded(ctx, err, lambda: check_calibration(calibration, calibration_file, rubric_of(target)))
         # Probabilities and abstentions change under a calibration: say which file did it.
         say(err, f"calibration: {calibration_file} ({', '.join(calibration.fields)})")
+    heads, heads_file = guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads))
+    if heads is not None:
+        # Answers change under fitted heads: say which file did it, and for which fields.
+        say(err, f"heads: {heads_file} (fitted: {', '.join(heads.fitted_fields) or 'none'})")
     if input_path is not None:
         from ..runtime.input_files import read_rows
 
@@ -123,15 +132,17 @@ def run(
             device=None if device == "auto" else device, dtype=None if dtype == "auto" else dtype,
             loader=None if loader == "auto" else loader,
         )
-        _run_on_ray(ctx, err, target, calibration, input_path, output_path, ray_options, text_column, id_column)
+        _run_on_ray(ctx, err, target, calibration, heads, input_path, output_path, ray_options, text_column, id_column)
         return
     loading = time.perf_counter()
     # One text: the process ends after one request, so packing the weights would not pay for itself.
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, pin=pin, threads=threads, device=device,
                                                    dtype=dtype, loader=loader, pack_weights=text is None))
     loaded = time.perf_counter()
+    if heads is not None:
+        guarded(ctx, err, lambda: engine.check_heads(heads, target))
     if text is not None:
-        decision = guarded(ctx, err, lambda: engine.decide(target, text, calibration=calibration))
+        decision = guarded(ctx, err, lambda: engine.decide(target, text, calibration=calibration, heads=heads))
         breakdown = _breakdown(loading, loaded, decision.stats.timings_ms) if timings else None
         if as_json:
             typer.echo(json.dumps({**decision.to_dict(), **({"timings_ms": breakdown} if breakdown else {})}))
@@ -144,7 +155,7 @@ def run(
 
     assert output_path is not None
     _decide_file_with_progress(ctx, err, "deciding", lambda progress: decide_file(
-        engine, target, input_path, output_path, calibration=calibration,
+        engine, target, input_path, output_path, calibration=calibration, heads=heads,
         text_column=text_column, id_column=id_column, progress=progress,
     ), output_path)
 
@@ -218,14 +229,14 @@ def _usage_problem(
 
 
 def _run_on_ray(
-    ctx: typer.Context, err: Any, target: Any, calibration: Any, input_path: Path, output_path: Path,
+    ctx: typer.Context, err: Any, target: Any, calibration: Any, heads: Any, input_path: Path, output_path: Path,
     options: Any, text_column: str | None, id_column: str | None,
 ) -> None:
     """The same resumable file run, decided by an actor pool on a Ray cluster (the model loads in each actor)."""
     from ..scale import decide_file_on_ray
 
     _decide_file_with_progress(ctx, err, "deciding on ray", lambda progress: decide_file_on_ray(
-        target, input_path, output_path, options, calibration=calibration,
+        target, input_path, output_path, options, calibration=calibration, heads=heads,
         text_column=text_column, id_column=id_column, progress=progress,
     ), output_path)
 

@@ -46,7 +46,7 @@ from .readings import (
     applied_correction,
     read_all_fields,
     read_rows,
-    read_rows_and_raw,
+    read_rows_raw_and_zero_shot,
 )
 
 __all__ = [
@@ -79,6 +79,18 @@ def score_readings(gold: Sequence[str], readings: Sequence[Reading], options: Se
     if out_of_scope:
         summary["n_out_of_scope"] = len(out_of_scope)
     return summary
+
+
+def paired_difference(gold: Sequence[str], readings: Sequence[Reading], reference: Sequence[Reading],
+                      options: Sequence[str]) -> dict[str, Any]:
+    """How `readings` and `reference` differ on the same in-scope rows: rows only one got right, and
+    McNemar's exact p (two-sided) for the paired difference."""
+    offered = set(options)
+    rows = [i for i, g in enumerate(gold) if g in offered]
+    wins = sum(readings[i].predicted == gold[i] != reference[i].predicted for i in rows)
+    losses = sum(reference[i].predicted == gold[i] != readings[i].predicted for i in rows)
+    return {"rows": len(rows), "only_fitted_right": wins, "only_zero_shot_right": losses,
+            "mcnemar_p": metrics.mcnemar_exact(wins, losses)}
 
 
 def score_abstention(gold: Sequence[str], readings: Sequence[Reading], options: Sequence[str]) -> dict[str, Any]:
@@ -162,19 +174,30 @@ def evaluate(
     engine: Any, target: Any, rubric: Rubric, rows: Sequence[LabelledRow], field_name: str, *,
     calibration: Calibration | None = None, debias: str | None = None, shuffle_orders: int = 0, seed: int = 0,
     baseline: bool = False, ablate: bool = False, progress_for: Callable[[str], Progress | None] | None = None,
+    heads: Any = None,
 ) -> EvalRun:
     """Run the engine on `rows` and score it; next to it the raw readout (when a correction applies),
     and optionally option shuffles, the wording ablation and the JSON-generation baseline.
 
-    `debias` overrides the readout correction (None: what the engine resolves, as `decisionflow run`)."""
+    `debias` overrides the readout correction (None: what the engine resolves, as `decisionflow run`).
+    With fitted `heads` that answer the field, the zero-shot readout of the same passes is scored beside
+    the fitted one, with McNemar's exact test of the paired difference (`summary["zero_shot"]`)."""
     progress_for = progress_for or (lambda _label: None)
     texts = [row.text for row in rows]
     gold = [row.gold[field_name] for row in rows]
     options = offered_labels(rubric.field(field_name))
     began = time.perf_counter()
-    readings, raw = read_rows_and_raw(engine, target, texts, field_name, calibration=calibration, debias=debias,
-                                      progress=progress_for("deciding"))
+    readings, raw, zero_shot = read_rows_raw_and_zero_shot(
+        engine, target, texts, field_name, calibration=calibration, debias=debias, progress=progress_for("deciding"),
+        heads=heads,
+    )
     summary = score_readings(gold, readings, options)
+    summary["readout"] = "fitted" if zero_shot is not None else "zero_shot"
+    if zero_shot is not None:
+        summary["zero_shot"] = {
+            **{k: v for k, v in score_readings(gold, zero_shot, options).items() if k != "reliability"},
+            "fitted_vs_zero_shot": paired_difference(gold, readings, zero_shot, options),
+        }
     summary["debias"] = applied = applied_correction(readings)
     summary["seconds"] = round(time.perf_counter() - began, 1)
     if applied == Debias.NONE.value:
@@ -287,8 +310,11 @@ def markdown_report(summary: dict[str, Any], *, has_plot: bool) -> str:
     if "data" in summary:
         lines += [f"Data: `{summary['data']}` ({summary['n']} rows; {summary.get('selection', '')}). "
                   f"Model: {summary.get('model', 'bundled')}.", ""]
-    readout = f"decisionflow ({summary.get('debias', 'none')})"
-    methods = ([(readout, summary)] + ([("decisionflow raw", {**summary["raw"], "n": summary["n"]})] if "raw" in summary else [])
+    readout = f"decisionflow ({'fitted head, ' if summary.get('readout') == 'fitted' else ''}{summary.get('debias', 'none')})"
+    methods = ([(readout, summary)]
+               + ([(f"decisionflow zero-shot ({summary.get('debias', 'none')})", {**summary["zero_shot"], "n": summary["n"]})]
+                  if "zero_shot" in summary else [])
+               + ([("decisionflow raw", {**summary["raw"], "n": summary["n"]})] if "raw" in summary else [])
                + ([("JSON baseline", summary["baseline"])] if "baseline" in summary else []))
     lines += ["| method | n | accuracy | macro-F1 | valid rate | ECE | mean candidate mass |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -296,6 +322,11 @@ def markdown_report(summary: dict[str, Any], *, has_plot: bool) -> str:
         lines.append(f"| {name} | {figures['n']} | {_fmt(figures['accuracy'])} | {_fmt(figures['macro_f1'])} | "
                      f"{_fmt(figures['valid_rate'])} | {_fmt(figures['ece'])} | {_fmt(figures['mean_candidate_mass'])} |")
     lines.append("")
+    if "zero_shot" in summary:
+        d = summary["zero_shot"]["fitted_vs_zero_shot"]
+        lines.append(f"Fitted head against zero-shot on the same {d['rows']} rows: {d['only_fitted_right']} right only with "
+                     f"the head, {d['only_zero_shot_right']} only zero-shot (McNemar exact p = {d['mcnemar_p']:.3g}).")
+        lines.append("")
     if summary.get("n_out_of_scope"):
         lines.append(f"Accuracy, macro-F1 and ECE are over the {summary['n_in_scope']} in-scope rows; "
                      f"{summary['n_out_of_scope']} rows have a gold label the field does not offer.")

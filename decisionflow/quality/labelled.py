@@ -14,23 +14,20 @@ gold column holds none of a field's answers, which would otherwise leave every r
 from __future__ import annotations
 
 import csv
+import json
 import random
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from ..errors import DataError
+from ..errors import DataError, Unavailable
+from ..spec.gold import BOOLEAN_GOLD, gold_label
 from ..spec.rubric import FieldKind, FieldSpec, Rubric, Value
 from ..spec.rubric import label_of as spec_label_of
 from ..spec.text import shown
 
 DEFAULT_LABEL_COLUMN = "label"
-BOOLEAN_GOLD = {"true": "true", "false": "false", "yes": "true", "no": "false", "1": "true", "0": "false"}
-"""A boolean field's gold spellings (compared in lower case) -> its labels: `true`/`True`/`TRUE` (YAML,
-JSON, pandas, `str(bool)`), `yes`/`no` and `1`/`0`."""
-
-
 @dataclass(frozen=True)
 class LabelledRow:
     index: int
@@ -67,21 +64,6 @@ def label_columns(fields: Sequence[str], header: Sequence[str], given: Sequence[
         else:
             raise DataError(f"no gold column for field {name!r}: name it with --label-column")
     return columns
-
-
-def gold_label(spec: FieldSpec, written: str) -> str:
-    """A gold cell as the label `spec` would answer: a boolean's `BOOLEAN_GOLD` spellings in any case
-    and a score's whole number written as a float (`7.0`) become `true`/`false` and `7`; anything
-    else is kept as written (and is out of scope unless it is one of the field's labels)."""
-    if spec.kind is FieldKind.BOOLEAN:
-        return BOOLEAN_GOLD.get(written.lower(), written)
-    if spec.kind is FieldKind.SCORE and written not in spec.labels:
-        try:
-            number = float(written)
-        except ValueError:
-            return written
-        return str(int(number)) if number.is_integer() else written
-    return written
 
 
 def load_labelled(
@@ -185,3 +167,79 @@ def gold_warnings(rows: Sequence[LabelledRow], rubric: Rubric, columns: dict[str
             f"so every row counts as out of scope (no accuracy, macro-F1, ECE or temperature){hint}"
         )
     return lines
+
+
+def load_records(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """Every row of a labelled CSV, JSONL or Parquet file as a mapping, and the columns seen (in order).
+
+    CSV (`.csv`): a header row, RFC 4180 quoting; JSONL (any other suffix): one JSON object per line;
+    Parquet (`.parquet`, `.pq`; needs pyarrow)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"data file not found: {path}")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".csv":
+            with path.open(encoding="utf-8", newline="") as handle:
+                reader = csv.DictReader(handle)
+                header = list(reader.fieldnames or [])
+                if not header:
+                    raise DataError(f"{path}: empty file, expected a CSV header row")
+                records: list[dict[str, Any]] = []
+                for number, record in enumerate(reader, start=1):
+                    if None in record.values():
+                        raise DataError(f"{path}: data row {number} has fewer cells than the header")
+                    records.append(dict(record))
+        elif suffix in (".parquet", ".pq"):
+            try:
+                import pyarrow.parquet as pq
+            except ImportError:
+                raise Unavailable("reading Parquet files needs pyarrow: pip install pyarrow") from None
+            try:
+                table = pq.read_table(path)
+            except Exception as error:  # noqa: BLE001 - pyarrow raises several types for a file it cannot read
+                raise DataError(f"{path}: not a readable Parquet file: {error}") from None
+            header, records = list(table.column_names), table.to_pylist()
+        else:
+            header, records = [], []
+            with path.open(encoding="utf-8") as handle:
+                for number, line in enumerate(handle, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError as error:
+                        raise DataError(f"{path}:{number}: not a JSON object ({error.msg})") from None
+                    if not isinstance(record, dict):
+                        raise DataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+                    header += [key for key in record if key not in header]
+                    records.append(record)
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text ({error.reason})") from None
+    except csv.Error as error:
+        raise DataError(f"{path}: not a readable CSV file ({error})") from None
+    if not records:
+        raise DataError(f"{path}: no data rows")
+    return header, records
+
+
+def fit_columns(rubric: Rubric, header: Sequence[str], given: dict[str, str]) -> dict[str, str]:
+    """Field -> label column for fitting: the columns `given` (`--label FIELD=COLUMN`), then a column
+    named after each field, then `label` for a rubric with one field read from the model."""
+    asked = [name for name, spec in rubric.fields.items() if spec.derive is None]
+    for name, column in given.items():
+        if name not in rubric.fields:
+            raise DataError(f"--label {name}={column}: rubric {rubric.name!r} has no field {name!r} "
+                            f"(fields: {', '.join(rubric.fields)})")
+        if column not in header:
+            raise DataError(f"--label {name}={column}: no column {column!r} (columns: {', '.join(header)})")
+    columns = dict(given)
+    for name in asked:
+        if name not in columns and name in header:
+            columns[name] = name
+    if not columns and len(asked) == 1 and DEFAULT_LABEL_COLUMN in header:
+        columns[asked[0]] = DEFAULT_LABEL_COLUMN
+    if not columns:
+        raise DataError(f"no label column for any field of rubric {rubric.name!r}: name a column after a field "
+                        f"({', '.join(asked)}), or map one with --label FIELD=COLUMN (columns: {', '.join(header)})")
+    return columns

@@ -212,3 +212,14 @@ def best_abstention_threshold(scores: Sequence[float], outcomes: Sequence[bool |
         if right / len(scores) > best[1]:
             best = (threshold, right / len(scores))
     return best
+
+
+def mcnemar_exact(only_first: int, only_second: int) -> float:
+    """McNemar's exact two-sided p for paired answers: of the rows only one method got right, how
+    unlikely a split this uneven is if both were equally good (a binomial test at 1/2)."""
+    discordant = only_first + only_second
+    if discordant == 0:
+        return 1.0
+    smaller = min(only_first, only_second)
+    tail = sum(math.comb(discordant, k) for k in range(smaller + 1)) / 2 ** discordant
+    return min(1.0, 2 * tail)

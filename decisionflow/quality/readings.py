@@ -45,60 +45,85 @@ class Reading:
 def read_rows(
     engine: Any, target: Any, texts: Sequence[str], field_name: str, *,
     calibration: Calibration | None = None, debias: str | None = None, progress: Progress | None = None,
+    heads: Any = None,
 ) -> list[Reading]:
     """One reading of `field_name` per text."""
     return read_rows_and_raw(engine, target, texts, field_name, calibration=calibration, debias=debias,
-                             progress=progress)[0]
+                             progress=progress, heads=heads)[0]
 
 
 def read_all_fields(
     engine: Any, target: Any, texts: Sequence[str], *,
     calibration: Calibration | None = None, debias: str | None = None, progress: Progress | None = None,
+    heads: Any = None,
 ) -> list[dict[str, Reading]]:
     """Field name -> reading, per text; a text that cannot be decided gets readings holding its error.
 
     `debias` overrides the readout correction for the call (None: the engine resolves it per field)."""
     names = list(rubric_of(target).fields)
     return [_readings(outcome) if not isinstance(outcome, DecisionflowError) else _failed(names, outcome)
-            for outcome in _decide(engine, target, texts, calibration, debias, progress)]
+            for outcome in _decide(engine, target, texts, calibration, debias, progress, heads)]
 
 
 def read_rows_and_raw(
     engine: Any, target: Any, texts: Sequence[str], field_name: str, *,
     calibration: Calibration | None = None, debias: str | None = None, progress: Progress | None = None,
+    heads: Any = None,
 ) -> tuple[list[Reading], list[Reading] | None]:
     """`read_rows`, and from the same passes the field's raw readings (no correction, no calibration)
     where a raw run would read exactly the same: when the field is decided in the first round, before
     any answer is written into the prompt. Otherwise None: a raw run could write different earlier
     answers, so it must be read on its own."""
+    readings, raw, _ = read_rows_raw_and_zero_shot(engine, target, texts, field_name, calibration=calibration,
+                                                   debias=debias, progress=progress, heads=heads)
+    return readings, raw
+
+
+def read_rows_raw_and_zero_shot(
+    engine: Any, target: Any, texts: Sequence[str], field_name: str, *,
+    calibration: Calibration | None = None, debias: str | None = None, progress: Progress | None = None,
+    heads: Any = None,
+) -> tuple[list[Reading], list[Reading] | None, list[Reading] | None]:
+    """`read_rows_and_raw`, and, where a fitted head answered the field, its zero-shot readings from
+    the same passes (the engine's readout before the head and the calibration; None when no head
+    answered it)."""
     names = list(rubric_of(target).fields)
     readings: list[Reading] = []
     raw: list[Reading] | None = []
-    for outcome in _decide(engine, target, texts, calibration, debias, progress):
+    zero_shot: list[Reading] = []
+    fitted = False
+    for outcome in _decide(engine, target, texts, calibration, debias, progress, heads):
         if isinstance(outcome, DecisionflowError):
             failed = _failed(names, outcome)[field_name]
             readings.append(failed)
+            zero_shot.append(failed)
             if raw is not None:
                 raw.append(failed)
             continue
         readings.append(_readings(outcome)[field_name])
         result = outcome.fields[field_name]
+        if result.zero_shot_probabilities is not None:
+            fitted = True
+            zero_shot.append(_readings(outcome, view="zero_shot")[field_name])
+        else:
+            zero_shot.append(readings[-1])
         if raw is not None and result.round == 0 and result.raw_probabilities is not None:
-            raw.append(_readings(outcome, raw=True)[field_name])
+            raw.append(_readings(outcome, view="raw")[field_name])
         else:
             raw = None
-    return readings, raw
+    return readings, raw, zero_shot if fitted else None
 
 
 def _decide(
     engine: Any, target: Any, texts: Sequence[str], calibration: Calibration | None, debias: str | None,
-    progress: Progress | None,
+    progress: Progress | None, heads: Any = None,
 ) -> Iterator[Any]:
     """Each text's Decision or error, in chunks of CHUNK_ROWS under one progress count."""
     for start in range(0, len(texts), CHUNK_ROWS):
         chunk = list(texts[start:start + CHUNK_ROWS])
         report = (lambda finished, _total, done=start: progress(done + finished, len(texts))) if progress else None
-        yield from engine.decide_each(target, chunk, calibration=calibration, debias=debias, progress=report)
+        yield from engine.decide_each(target, chunk, calibration=calibration, debias=debias, progress=report,
+                                      **({"heads": heads} if heads is not None else {}))
         if progress:
             progress(min(start + CHUNK_ROWS, len(texts)), len(texts))
 
@@ -108,17 +133,21 @@ def _failed(names: Sequence[str], error: DecisionflowError) -> dict[str, Reading
     return {name: Reading(predicted=None, error=str(error)) for name in names}
 
 
-def _readings(decision: Any, *, raw: bool = False) -> dict[str, Reading]:
-    """Each field's reading; with `raw`, the distributions before correction and calibration."""
-    distributions = {name: (f.raw_probabilities if raw and f.raw_probabilities is not None else f.probabilities)
-                     for name, f in decision.fields.items()}
+def _readings(decision: Any, *, view: str = "readout") -> dict[str, Reading]:
+    """Each field's reading: `readout` (what the engine answered), `raw` (the distributions before
+    correction, head and calibration) or `zero_shot` (after the correction, before a fitted head)."""
+    raw = view == "raw"
+    distributions = {}
+    for name, f in decision.fields.items():
+        chosen = f.raw_probabilities if raw else f.zero_shot_probabilities if view == "zero_shot" else None
+        distributions[name] = chosen if chosen is not None else f.probabilities
     answers = {name: metrics.top_label(p) for name, p in distributions.items()}
     return {
         name: Reading(
             predicted=answers[name],
             probabilities=dict(distributions[name]),
             candidate_mass=result.candidate_mass,
-            abstained=result.abstained and not raw,
+            abstained=result.abstained and view == "readout",
             answers=answers,
             debias="none" if raw else result.debias,
         )

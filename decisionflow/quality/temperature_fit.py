@@ -48,15 +48,18 @@ def fit_calibration(
     engine: Any, target: Any, rubric: Rubric, rows: Sequence[LabelledRow], fields: Sequence[str], *,
     min_mass: float | None = None, min_probability: float | None = None, fit_min_mass: bool = False,
     base: Calibration | None = None, debias: str | None = None, progress: Progress | None = None,
+    heads: Any = None,
 ) -> tuple[Calibration, list[FieldFit]]:
     """The calibration fitted on `rows` (other fields of `base` kept) and what each field's fit measured.
 
-    `debias` names the readout correction to fit under (None: the one the engine resolves per field)."""
+    `debias` names the readout correction to fit under (None: the one the engine resolves per field).
+    With fitted `heads`, the temperature of a field a head answers is fitted on the head's distribution."""
     texts = [row.text for row in rows]
     fits = []
     settings = dict(base.fields) if base and base.rubric == rubric.name else {}
     # One pass over the data answers every field; the rest are read from the same decisions.
-    readings_by_field = _read_fields(engine, target, texts, fields, _uncalibrated(rubric, settings, fields), debias, progress)
+    readings_by_field = _read_fields(engine, target, texts, fields, _uncalibrated(rubric, settings, fields), debias, progress,
+                                     heads)
     for name in fields:
         labels = offered_labels(rubric.field(name))
         fit = fit_field(
@@ -66,6 +69,7 @@ def fit_calibration(
         applied = applied_correction(readings_by_field[name])
         settings[name] = fit.settings.model_copy(update={
             "prior": _prior_over(settings.get(name), labels), "debias": Debias(applied),
+            "after_head": bool(heads is not None and name in heads.fitted_fields),
         })
         fits.append(replace(fit, settings=settings[name], debias=applied))
     return Calibration(rubric=rubric.name, fields=settings), fits
@@ -91,9 +95,9 @@ def _prior_over(settings: FieldCalibration | None, labels: Sequence[str]) -> tup
 
 def _read_fields(
     engine: Any, target: Any, texts: list[str], fields: Sequence[str], calibration: Calibration | None,
-    debias: str | None, progress: Progress | None,
+    debias: str | None, progress: Progress | None, heads: Any = None,
 ) -> dict[str, list[Reading]]:
-    rows = read_all_fields(engine, target, texts, calibration=calibration, debias=debias, progress=progress)
+    rows = read_all_fields(engine, target, texts, calibration=calibration, debias=debias, progress=progress, heads=heads)
     return {name: [row[name] for row in rows] for name in fields}
 
 

@@ -22,7 +22,7 @@ import torch
 
 from ..compiler.tree import tree_chains, tree_depths
 from .branch_attention import attention_path, branch_attention, fold_mask
-from .forward import KV, Attend, DecoderParts, causal_attend, logprobs_at, run_layers
+from .forward import KV, Attend, Capture, DecoderParts, causal_attend, logprobs_at, run_layers
 from .ops import TritonOps, choose_ops
 
 
@@ -169,16 +169,35 @@ class TransformersBackend:
 
         Returns log-probs over the vocabulary at `read_positions`: [len(read_positions), vocab].
         """
+        return self.run_pass_with_features(head, contexts, packed, read_positions)[0]
+
+    @torch.inference_mode()
+    def run_pass_with_features(
+        self,
+        head: HeadCache,
+        contexts: list[RequestContext],
+        packed: PackedPass,
+        read_positions: list[int],
+        feature_layers: Sequence[int] = (),
+        feature_positions: Sequence[int] = (),
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`run_pass`, also returning the hidden states of `feature_layers` at `feature_positions` of the
+        pass ([len(feature_positions), hidden * layers] float32, see `forward.Capture`; None when no
+        layer is asked for): the features fitted heads read, from the same pass."""
         layout = self.lay_out(head, contexts, packed)
         attend = (self._fused_attention if isinstance(self.ops, TritonOps) else self._blockwise_attention)(
             head, contexts, packed, layout
         )
         ids = torch.tensor(packed.tokens, device=self.device)
         positions = torch.tensor(layout.positions, device=self.device)
-        hidden, new_kv = run_layers(self.parts, ids, positions, attend, self.ops)
+        capture = None
+        if feature_layers and feature_positions:
+            rows = torch.tensor(list(feature_positions), device=self.device)
+            capture = Capture(feature_layers, len(self.parts.layers), rows)
+        hidden, new_kv = run_layers(self.parts, ids, positions, attend, self.ops, capture)
         logprobs = logprobs_at(self.parts, hidden, read_positions, self.ops)
         self.keep_tokens(contexts, packed, new_kv)
-        return logprobs
+        return logprobs, (capture.features(self.parts, self.ops) if capture is not None else None)
 
     def _blockwise_attention(self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, layout: PassLayout) -> Attend:
         """Torch attention, request by request, each block merged with the shared head by log-sum-exp."""

@@ -32,6 +32,8 @@ class FieldCalibration(BaseModel):
     debias: Debias | None = None
     """The readout correction the temperature and thresholds were fitted under: the engine applies it to
     this field unless the call names another (None: not recorded; the field's usual correction applies)."""
+    after_head: bool = False
+    """The temperature and thresholds were fitted on a fitted head's distribution (`decisionflow fit`)."""
 
     @model_validator(mode="after")
     def _prior_has_labels(self) -> FieldCalibration:

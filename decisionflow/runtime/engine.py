@@ -34,6 +34,7 @@ from .calibration import Calibration
 from .debias import CONTENT_FREE_INPUTS, Debias, Priors, mean_distribution
 from .executor import RequestState, check_fits, execute
 from .head_store import DEFAULT_MAX_BYTES, HeadStore, model_fingerprint
+from .heads import Heads, prompt_fingerprint
 from .loading import LoadedModel, Status, cache_root, load_model
 from .ops import KERNEL_CHOICES
 from .result import Decision, Stats
@@ -110,6 +111,8 @@ class Engine:
         self._prepared: OrderedDict[tuple[str, str, str, bool | None], _Prepared] = OrderedDict()
         self._prepared_lock = threading.Lock()
         self._store: HeadStore | None = None
+        self._fingerprint: str | None = None
+        self._checked_heads: set[tuple[int, str]] = set()
 
     @classmethod
     def load(
@@ -173,7 +176,7 @@ class Engine:
         """The disk store of head caches (None when heads are kept in memory only)."""
         if self._store is None and self.options.head_store is not None:
             self._store = HeadStore(
-                self.options.head_store, fingerprint=model_fingerprint(self.loaded.model),
+                self.options.head_store, fingerprint=self.model_fingerprint,
                 dtype=self.backend.dtype, max_bytes=self.options.head_store_bytes,
             )
         return self._store
@@ -184,10 +187,11 @@ class Engine:
         return prepared.compiled, prepared.plan
 
     def decide(
-        self, target: Any, payload: Any, *, calibration: Calibration | None = None, debias: Debias | str | None = None
+        self, target: Any, payload: Any, *, calibration: Calibration | None = None, debias: Debias | str | None = None,
+        heads: Heads | None = None,
     ) -> Decision:
         """Decide every field of `target` (a decorated class or a Rubric) for one input."""
-        return self.decide_many(target, [payload], calibration=calibration, debias=debias)[0]
+        return self.decide_many(target, [payload], calibration=calibration, debias=debias, heads=heads)[0]
 
     def decide_many(
         self,
@@ -197,16 +201,19 @@ class Engine:
         progress: Progress | None = None,
         calibration: Calibration | None = None,
         debias: Debias | str | None = None,
+        heads: Heads | None = None,
     ) -> list[Decision]:
         """Decide many inputs of one rubric, several packed into each forward pass.
 
         Every input is checked before any pass runs: the first bad one raises its error, with
         `error.input_index` (and the message) naming it. `calibration` rescales each field's
         distribution and makes fields abstain below its thresholds. `debias` overrides the engine's
-        readout correction for this call (see `runtime.debias`).
+        readout correction for this call (see `runtime.debias`). `heads` (from `fit`, or
+        `Heads.load`) answer the fields they were fitted for, in the same passes.
         """
         payloads = _inputs(payloads, "decide_many")
-        outcomes = self._decide(target, payloads, progress=progress, calibration=calibration, debias=debias, fail_fast=True)
+        outcomes = self._decide(target, payloads, progress=progress, calibration=calibration, debias=debias,
+                                heads=heads, fail_fast=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -220,6 +227,7 @@ class Engine:
         progress: Progress | None = None,
         calibration: Calibration | None = None,
         debias: Debias | str | None = None,
+        heads: Heads | None = None,
     ) -> list[Decision | DecisionflowError]:
         """Like `decide_many`, but a bad input does not stop the others: per input, its decision or its error.
 
@@ -230,20 +238,55 @@ class Engine:
         """
         return self._decide(
             target, _inputs(payloads, "decide_each"), progress=progress, calibration=calibration, debias=debias,
-            fail_fast=False,
+            heads=heads, fail_fast=False,
         )
+
+    def fit(self, target: Any, rows: Iterable[Any], **options: Any) -> Any:
+        """Fit a head per labelled field of `target` on `rows` and choose, per field, on cross-validated
+        evidence, between it and the zero-shot readout. Returns a `head_fit.FitResult`: its `.heads`
+        (save them with `.heads.save(path)`, apply them with `decide(..., heads=)`) and its report.
+
+        `rows`: `(text, {field: label})` pairs, or mappings with a `text` key and a key per labelled
+        field (a row may label only some fields). `options`: see `head_fit.fit_heads`.
+        """
+        from .head_fit import fit_heads
+
+        return fit_heads(self, target, rows, **options)
+
+    def check_heads(self, heads: Heads, target: Any) -> None:
+        """Refuse heads fitted for another model, rubric, prompt or option set (a `HeadsError`)."""
+        rubric = rubric_of(target)
+        prepared = self._prepare(rubric)
+        heads.check(rubric, model=self.model_fingerprint, prompt=prompt_fingerprint(prepared.compiled.head_tokens),
+                    hidden_size=int(self.backend.config.hidden_size))
+
+    @property
+    def model_fingerprint(self) -> str:
+        """The loaded model's content fingerprint (what head caches and fitted heads are keyed by)."""
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.loaded.model)
+        return self._fingerprint
 
     # -- phases -------------------------------------------------------------------------------
 
     def _decide(
         self, target: Any, payloads: list[Any], *, progress: Progress | None,
         calibration: Calibration | None, debias: Debias | str | None, fail_fast: bool, internal: bool = False,
+        heads: Heads | None = None, capture: Sequence[int] = (), forced: Sequence[dict[str, str]] | None = None,
+        captured: list[Any] | None = None,
     ) -> list[Decision | DecisionflowError]:
         """`internal`: the engine's own reading (of content-free inputs), which never reports the
-        rubric's preparation: the first request of the caller's does."""
+        rubric's preparation: the first request of the caller's does. `capture`, `forced` and
+        `captured` serve fitting: the hidden layers to keep, per input the answers to write instead of
+        the model's, and a list that receives per input what each field's head would read."""
         rubric = rubric_of(target)
         if calibration is not None:
             calibration.check(rubric)
+        if heads is not None and not heads.fitted_fields:
+            heads = None
+        if heads is not None and (id(heads), rubric.key) not in self._checked_heads:
+            self.check_heads(heads, rubric)
+            self._checked_heads.add((id(heads), rubric.key))
         model_cls = typed_model(target)
         prepared = self._prepare(rubric)
         priors = self._priors(prepared, rubric, debias, calibration)
@@ -259,8 +302,13 @@ class Engine:
         for batch in self._batches(prepared.compiled, [tokens[i] for i in admitted]):  # type: ignore[misc]
             indexes = [admitted[b] for b in batch]
             began = time.perf_counter()
-            states = [RequestState(input_tokens=tokens[i]) for i in indexes]  # type: ignore[arg-type]
-            pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states, calibration, priors)  # type: ignore[arg-type]
+            states = [RequestState(input_tokens=tokens[i], forced=dict(forced[i]) if forced else {})  # type: ignore[arg-type]
+                      for i in indexes]
+            pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states, calibration,  # type: ignore[arg-type]
+                              priors, heads, capture)
+            if captured is not None:
+                for index, state in zip(indexes, states):
+                    captured[index] = state.captured
             total_ms = (time.perf_counter() - began) * 1000
             for index, state in zip(indexes, states):
                 stats = Stats(

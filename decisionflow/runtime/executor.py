@@ -12,6 +12,12 @@ Each round runs as three named phases: `pack_round` (the rows to read, after eac
 tokens), the backend's pass, and `read_round` (distributions, answers, the lines to write next).
 Derived fields are computed in code as soon as the fields they read are settled (`settle_derived`).
 
+With fitted heads (`runtime.heads`), the same pass also hands back the hidden states at each fitted
+field's answer position, and the field's head turns them (with the zero-shot distribution) into the
+field's answer. To fit heads, `capture` keeps those features per field, and `RequestState.forced`
+writes a row's gold answers into the prompt instead of the model's, so dependent fields are read
+as they would be under the right parent answer.
+
 A field with `options_by` reads the row offering its parent's answer's options. A field with
 `marginalize: K` is read under each of its parent's top-K answers in the same pass: for every other
 answer a branch replaces the parent's answer line (it sees the context up to where that line began,
@@ -26,6 +32,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
 
@@ -37,6 +44,7 @@ from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
 from .calibration import Calibration
 from .debias import Debias, Priors
 from .derive import Joint, derive_field
+from .heads import Heads, zero_shot_features
 from .readout import FieldReading, read_fields
 from .result import FieldResult
 
@@ -57,6 +65,11 @@ class RequestState:
     joints: dict[str, Joint] = field(default_factory=dict)
     passes: int = 0
     tokens_fed: int = 0
+    forced: dict[str, str] = field(default_factory=dict)
+    """Field -> label to write into the prompt (and to condition later fields on) instead of the model's
+    answer: a labelled row's gold answers, when fitting heads."""
+    captured: dict[str, Captured] = field(default_factory=dict)
+    """With `capture`: per field read, what a head would read there."""
 
     @property
     def pending(self) -> list[int]:
@@ -69,6 +82,18 @@ class RequestState:
     def line_start(self, index: int) -> int:
         """Where written line `index` begins in the context (it is fed)."""
         return len(self.input_tokens) + sum(len(line) for _, _, line in self.written[:index])
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A field's head features from one read: hidden states and its zero-shot distribution."""
+
+    features: torch.Tensor
+    """[hidden * layers] float32 (see `forward.Capture`)."""
+    zero_shot: tuple[float, ...]
+    """The engine's readout (after its correction) over the offered answers."""
+    offered: tuple[int, ...]
+    """Indexes of the offered answers in the field's labels."""
 
 
 @dataclass(frozen=True)
@@ -120,24 +145,54 @@ def execute(
     requests: list[RequestState],
     calibration: Calibration | None = None,
     priors: Priors | None = None,
+    heads: Heads | None = None,
+    capture: Sequence[int] = (),
 ) -> float:
     """Decide every field of every request in place; return the milliseconds spent in passes.
 
-    `priors` debias each field's distribution before its answer is chosen; `calibration` then rescales
-    it and makes it abstain below its thresholds (the candidate mass it judges stays the raw one).
+    `priors` debias each field's distribution before its answer is chosen; `heads` then answer the
+    fields they were fitted for; `calibration` rescales the result and makes it abstain below its
+    thresholds (the candidate mass it judges stays the raw one). `capture`: hidden layers to keep per
+    field read in `RequestState.captured` (for fitting heads).
     """
     spent = 0.0
+    layers = tuple(dict.fromkeys([*(heads.layers if heads is not None else ()), *capture]))
     for round_ in plan.rounds:
         packed, reads = pack_round(compiled, round_, requests)
         settle_derived(compiled, plan, requests, round_.index)
         if not reads:
             continue
         began = time.perf_counter()
-        logprobs = backend.run_pass(head, [s.context for s in requests], packed, [p for r in reads for p in r.positions])
+        logprobs, features = backend.run_pass_with_features(
+            head, [s.context for s in requests], packed, [p for r in reads for p in r.positions],
+            layers, [r.positions[r.row.root_read] for r in reads] if layers else (),
+        )
         spent += (time.perf_counter() - began) * 1000
-        read_round(compiled, round_, requests, reads, logprobs, calibration, priors)
+        by_read = None
+        if features is not None:
+            # One transfer for the pass; each read's row, cut to the layers a head or the capture reads.
+            by_read = _layer_slices(features.cpu(), layers)
+        read_round(compiled, round_, requests, reads, logprobs, calibration, priors, heads, by_read, capture)
         settle_derived(compiled, plan, requests, round_.index)
     return spent
+
+
+def _layer_slices(features: torch.Tensor, layers: Sequence[int]) -> LayerFeatures:
+    size = features.shape[1] // len(layers)
+    return LayerFeatures(features, {layer: i * size for i, layer in enumerate(layers)}, size)
+
+
+@dataclass(frozen=True)
+class LayerFeatures:
+    """A pass's captured hidden states: per read, every captured layer side by side."""
+
+    values: torch.Tensor
+    offsets: dict[int, int]
+    size: int
+
+    def of(self, read: int, layers: Sequence[int]) -> torch.Tensor:
+        row = self.values[read]
+        return torch.cat([row[self.offsets[layer] : self.offsets[layer] + self.size] for layer in layers])
 
 
 def pack_round(compiled: CompiledRubric, round_: Round, requests: list[RequestState]) -> tuple[PackedPass, list[Read]]:
@@ -255,22 +310,34 @@ def read_round(
     logprobs: torch.Tensor,
     calibration: Calibration | None,
     priors: Priors | None = None,
+    heads: Heads | None = None,
+    features: LayerFeatures | None = None,
+    capture: Sequence[int] = (),
 ) -> None:
-    """Turn a pass's log-probs into each field's result, and queue each answer's line for the next pass."""
+    """Turn a pass's log-probs into each field's result, and queue each answer's line for the next pass.
+
+    A field in a request's `forced` answers has that label's line written (and conditions later fields)
+    whatever the model answered; its result stays the model's own."""
     offsets, row = [], 0
     for read in reads:
         offsets.append(row)
         row += len(read.positions)
     readings = read_fields(logprobs, [(r.row, o) for r, o in zip(reads, offsets)])
-    grouped: dict[tuple[int, str], list[tuple[Read, FieldReading]]] = {}
-    for read, reading in zip(reads, readings):
-        grouped.setdefault((read.request, read.field), []).append((read, reading))
+    grouped: dict[tuple[int, str], list[tuple[Read, FieldReading, int]]] = {}
+    for index, (read, reading) in enumerate(zip(reads, readings)):
+        grouped.setdefault((read.request, read.field), []).append((read, reading, index))
     decided: dict[int, dict[str, str]] = {}
     for (r, name), group in grouped.items():
         state = requests[r]
-        result, label = _field_result(compiled, name, group, state, round_.index, calibration, priors)
+        result, label = _field_result(compiled, name, group, state, round_.index, calibration, priors, heads, features,
+                                      capture)
         state.results[name] = result
         state.answers[name] = result.value
+        forced = state.forced.get(name)
+        if label is not None and forced is not None and forced in result.probabilities:
+            spec = compiled.rubric.fields[name]
+            label = forced
+            state.answers[name] = spec.values[spec.labels.index(forced)]
         if label is not None:
             decided.setdefault(r, {})[name] = label
     # Written in declaration order, so later rounds read a JSON object in the rubric's key order.
@@ -282,19 +349,22 @@ def read_round(
 
 
 def _field_result(
-    compiled: CompiledRubric, name: str, group: list[tuple[Read, FieldReading]], state: RequestState, round_index: int,
-    calibration: Calibration | None, priors: Priors | None,
+    compiled: CompiledRubric, name: str, group: list[tuple[Read, FieldReading, int]], state: RequestState,
+    round_index: int, calibration: Calibration | None, priors: Priors | None, heads: Heads | None = None,
+    features: LayerFeatures | None = None, capture: Sequence[int] = (),
 ) -> tuple[FieldResult, str | None]:
     """The field's result from its reading(s) — one, or one per parent hypothesis — and the label whose
     line is written into the prompt (None: nothing is written)."""
     spec = compiled.rubric.fields[name]
     labels = spec.labels
     mixture = [0.0] * len(labels)
+    zero_shot_mixture = [0.0] * len(labels)
     offered_set: set[int] = set()
     mass = 0.0
     debias = Debias.NONE
     joint: dict[tuple[str, str], float] = {}
-    for read, reading in group:
+    fitted = heads.for_field(name) if heads is not None and features is not None else None
+    for read, reading, index in group:
         if not all(math.isfinite(p) for p in reading.probabilities):
             raise ModelError(
                 f"field {name!r}: the model's scores are not finite numbers, so no answer can be read; its weights "
@@ -306,16 +376,25 @@ def _field_result(
         probabilities = reading.probabilities
         if priors is not None:
             probabilities, debias = priors.apply(name, probabilities, indexes if len(indexes) != len(labels) else None)
-        for index, p in zip(indexes, probabilities):
-            mixture[index] += read.weight * p
+        if capture and features is not None and (read.hypothesis is None or read.hypothesis == _written_label(state, spec.parent)):
+            state.captured[name] = Captured(features.of(index, capture), tuple(probabilities), tuple(indexes))
+        for label_index, p in zip(indexes, probabilities):
+            zero_shot_mixture[label_index] += read.weight * p
+        if fitted is not None:
+            head, info = fitted
+            zero_shot = zero_shot_features(probabilities, indexes, len(labels)) if info.zero_shot_features else None
+            probabilities = head.probabilities(features.of(index, info.layers), zero_shot, indexes)  # type: ignore[union-attr]
+        for label_index, p in zip(indexes, probabilities):
+            mixture[label_index] += read.weight * p
             if read.hypothesis is not None:
-                joint[(read.hypothesis, labels[index])] = read.weight * p
+                joint[(read.hypothesis, labels[label_index])] = read.weight * p
         mass += read.weight * reading.candidate_mass
-    marginalized = any(read.hypothesis is not None for read, _ in group)
-    asked_weight = sum(read.weight for read, _ in group)
+    marginalized = any(read.hypothesis is not None for read, _, _ in group)
+    asked_weight = sum(read.weight for read, _, _ in group)
     if marginalized:
         # Hypotheses under which the field is not asked carry the rest of the weight.
         mixture = [p / asked_weight for p in mixture]
+        zero_shot_mixture = [p / asked_weight for p in zero_shot_mixture]
         mass /= asked_weight
         state.joints[name] = (spec.parent, joint)  # type: ignore[assignment]
     offered = sorted(offered_set)
@@ -330,10 +409,12 @@ def _field_result(
     result = FieldResult(
         name=name, kind=spec.kind, value=value, abstained=abstained and asked,
         probabilities={labels[i]: p for i, p in zip(offered, probabilities)},
-        candidate_mass=mass, round=round_index, method=group[0][0].row.method if not marginalized else "marginalized",
+        candidate_mass=mass, round=round_index,
+        method="fitted" if fitted is not None else group[0][0].row.method if not marginalized else "marginalized",
         debias=debias.value, asked=asked,
         # Not marginalised: one reading, whose own distribution is the raw one.
         raw_probabilities=None if marginalized else dict(zip(group[0][0].row.labels, group[0][1].probabilities)),
+        zero_shot_probabilities={labels[i]: zero_shot_mixture[i] for i in offered} if fitted is not None else None,
         reason="" if asked else _reason(spec, state),
         expected_value=(sum(p * spec.values[i] for i, p in zip(offered, probabilities))
                         if spec.kind is FieldKind.SCORE else None),

@@ -14,7 +14,7 @@ Shapes: one sequence at a time, `n` tokens; hidden states [1, n, hidden]; per la
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -71,13 +71,15 @@ def project_qkv(attention: Any, x: torch.Tensor, heads: int, kv_heads: int, head
 
 
 def run_layers(
-    parts: DecoderParts, token_ids: torch.Tensor, positions: torch.Tensor, attend: Attend, ops: Ops | None = None
+    parts: DecoderParts, token_ids: torch.Tensor, positions: torch.Tensor, attend: Attend, ops: Ops | None = None,
+    capture: Capture | None = None,
 ) -> tuple[torch.Tensor, KV]:
     """The decoder stack over `token_ids` [n] at `positions` [n]; `attend` decides what each token sees.
 
     Returns the last layer's hidden states [1, n, hidden] (before the final norm) and every layer's
     keys and values of these tokens (after rotary embedding), for the caller to keep what it needs.
-    Each residual add is fused with the norm that follows it (`ops.add_norm`).
+    Each residual add is fused with the norm that follows it (`ops.add_norm`). With `capture`, the
+    residual stream after each of its layers is kept at its rows (`Capture.features`).
     """
     ops = ops or TorchOps()
     hidden = parts.embed(token_ids[None])
@@ -97,9 +99,33 @@ def run_layers(
         out = out.transpose(1, 2).reshape(1, q.shape[2], parts.heads * parts.head_dim)
         x, hidden = ops.add_norm(attention.o_proj(out), hidden, layer.post_attention_layernorm)
         pending = ops.mlp(layer.mlp, x)
+        if capture is not None and index in capture.wanted:
+            capture.keep(index, hidden, pending)
     if pending is not None:
         hidden = hidden + pending
     return hidden, new_kv
+
+
+class Capture:
+    """The residual stream after some layers, at some rows of a pass: the features fitted heads read.
+
+    `layers` are counted from the top as Python indexes (-1: the last layer's output, which the LM
+    head reads after the final norm; -4: the output of the fourth layer from the top). Each layer's
+    rows pass through the model's final norm, so every layer is on the scale the LM head sees.
+    """
+
+    def __init__(self, layers: Sequence[int], layer_count: int, rows: torch.Tensor):
+        self.wanted = {layer_count + layer if layer < 0 else layer: i for i, layer in enumerate(layers)}
+        self.rows = rows
+        self.kept: list[torch.Tensor | None] = [None] * len(layers)
+
+    def keep(self, index: int, hidden: torch.Tensor, pending: torch.Tensor) -> None:
+        self.kept[self.wanted[index]] = hidden[0, self.rows] + pending[0, self.rows]
+
+    def features(self, parts: DecoderParts, ops: Ops | None = None) -> torch.Tensor:
+        """[rows, hidden * layers] float32: each kept layer after the final norm, side by side."""
+        norm = (ops or TorchOps()).norm
+        return torch.cat([norm(parts.norm, kept).float() for kept in self.kept if kept is not None], dim=-1)
 
 
 def logprobs_at(

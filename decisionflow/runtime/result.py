@@ -25,7 +25,8 @@ class FieldResult:
     """Unrenormalised probability that the model's next token starts an allowed answer."""
     round: int | None
     method: str
-    """`first_token`, `branch`, `exact`, or `not_asked`."""
+    """`first_token`, `branch`, `exact`, `marginalized`, `derived`, `fitted` (a fitted head answered),
+    or `not_asked`."""
     asked: bool = True
     abstained: bool = False
     """The answer fell below the calibration's minimum mass or probability: `value` is None."""
@@ -45,6 +46,9 @@ class FieldResult:
     raw_probabilities: dict[str, float] | None = None
     """The model's own distribution over the offered answers, before the debiasing and the calibration
     (None for marginalised and derived fields). Not part of `to_dict`."""
+    zero_shot_probabilities: dict[str, float] | None = None
+    """A field a fitted head answered (`method` `fitted`): the engine's zero-shot readout (after its
+    correction, before the head and the calibration), read in the same pass. Not part of `to_dict`."""
 
     @property
     def probability(self) -> float | None:

@@ -328,6 +328,7 @@ def decide_file(
     *,
     chunk_size: int = 16,
     calibration: Any = None,
+    heads: Any = None,
     progress: Callable[[int, int], None] | None = None,
     text_column: str | None = None,
     id_column: str | None = None,
@@ -342,7 +343,7 @@ def decide_file(
         skipped = len(rows) - len(todo)
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
-            outcomes = engine.decide_each(target, [row.payload for row in chunk], calibration=calibration)
+            outcomes = engine.decide_each(target, [row.payload for row in chunk], calibration=calibration, heads=heads)
             records = [record_of(row.output_id, outcome) for row, outcome in zip(chunk, outcomes)]
             failed += sum("error" in record for record in records)
             decided += sum("error" not in record for record in records)

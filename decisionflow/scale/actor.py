@@ -37,6 +37,7 @@ class DecisionActor:
         id_column: str,
         payload_is_json: bool = False,
         calibration: Any = None,
+        heads: Any = None,
         engine: Mapping[str, Any] | None = None,
         threads: int | None = None,
     ) -> None:
@@ -50,6 +51,7 @@ class DecisionActor:
         self.engine = Engine.load(threads=threads, **engine_arguments)
         self.target = target
         self.calibration = calibration
+        self.heads = heads
         self.text_column = text_column
         self.id_column = id_column
         self.payload_is_json = payload_is_json
@@ -57,7 +59,7 @@ class DecisionActor:
     def __call__(self, batch: Mapping[str, Any]) -> Any:
         ids = [str(plain(value)) for value in batch[self.id_column]]
         payloads = [self._payload(value) for value in batch[self.text_column]]
-        outcomes = self.engine.decide_each(self.target, payloads, calibration=self.calibration)
+        outcomes = self.engine.decide_each(self.target, payloads, calibration=self.calibration, heads=self.heads)
         results: list[str | None] = []
         errors: list[str | None] = []
         for outcome in outcomes:

@@ -82,6 +82,7 @@ def decide_dataset(
     text_column: str = "text",
     id_column: str = "id",
     calibration: Any = None,
+    heads: Any = None,
     payload_is_json: bool = False,
 ) -> Any:
     """Map `dataset` through an actor pool of engines: a Dataset of `id`, `result` (JSON) and `error` columns.
@@ -109,7 +110,7 @@ def decide_dataset(
         fn_constructor_args=(target,),
         fn_constructor_kwargs={
             "text_column": text_column, "id_column": id_column, "payload_is_json": payload_is_json,
-            "calibration": calibration, "engine": engine, "threads": max(1, int(options.cpus_per_actor)),
+            "calibration": calibration, "heads": heads, "engine": engine, "threads": max(1, int(options.cpus_per_actor)),
         },
         compute=ray.data.ActorPoolStrategy(size=options.num_actors),
         batch_size=options.batch_size,

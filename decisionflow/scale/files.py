@@ -28,6 +28,7 @@ def decide_file_on_ray(
     options: RayOptions | None = None,
     *,
     calibration: Any = None,
+    heads: Any = None,
     text_column: str | None = None,
     id_column: str | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -49,7 +50,7 @@ def decide_file_on_ray(
                 dataset = ray.data.from_items(items)
                 results = decide_dataset(
                     dataset, target, options, text_column="payload", id_column=ID_OUT,
-                    calibration=calibration, payload_is_json=True,
+                    calibration=calibration, heads=heads, payload_is_json=True,
                 )
                 for batch in results.iter_batches(batch_size=None, batch_format="numpy"):
                     records = list(_records(batch, given_ids))

@@ -1,0 +1,203 @@
+"""`decisionflow fit`: fitted decision heads from labelled rows, chosen per field on evidence.
+
+Registered in cli.py. The data, its columns and its labels are checked against the rubric before
+the model loads, so a wrong column or a label that is not an answer costs nothing and is named.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import DataError
+from ..quality.labelled import fit_columns, load_records, parse_slice
+from ..spec.references import YAML_SUFFIXES
+from .common import (
+    DeviceOption,
+    DtypeOption,
+    LoaderOption,
+    ModelOption,
+    RubricRef,
+    ThreadsOption,
+    guarded,
+    load_engine,
+    load_target,
+    refuse_output,
+    say,
+    stderr,
+)
+
+
+def fit_command(
+    ctx: typer.Context,
+    rubric_ref: RubricRef,
+    data: Annotated[Path, typer.Option("--data", help="Labelled rows: a CSV (header row), JSONL or Parquet file.",
+                                       show_default=False)],
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", metavar="FIELD=COLUMN", help="The column holding FIELD's labels; repeat for several "
+                     "(default: a column named after each field, else `label` for a rubric with one field).",
+                     show_default=False),
+    ] = None,
+    text_column: Annotated[str, typer.Option("--text-column", help="Column holding the input text.")] = "text",
+    rows: Annotated[
+        str | None,
+        typer.Option("--rows", metavar="START:STOP", help="Only data rows START..STOP-1 (0-based; negative counts from the end).",
+                     show_default=False),
+    ] = None,
+    layers: Annotated[
+        str, typer.Option("--layers", help="Hidden layers a head reads, counted from the top (-1: what the LM head reads).")
+    ] = "-1,-4",
+    skip_unknown_labels: Annotated[
+        bool, typer.Option("--skip-unknown-labels", help="Leave out labels that are not an answer of their field (e.g. an "
+                           "out-of-scope class) instead of refusing the file.")
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", help="Where to save the heads (default: NAME.heads.safetensors beside a YAML rubric file; "
+                     "required for a shipped workflow's name or module:Class).", show_default=False),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the fit report as JSON instead of a table.")] = False,
+    model: ModelOption = None,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
+    loader: LoaderOption = "auto",
+    threads: ThreadsOption = None,
+) -> None:
+    """Fit a head per labelled field on the model's hidden states, keep it where it beats the zero-shot
+    readout in cross-validation, and save the heads beside the rubric (`run`, `eval` and `serve` apply them)."""
+    from ..runtime.heads import Heads
+
+    err = stderr()
+    if output is None:
+        if not rubric_ref.lower().endswith(YAML_SUFFIXES):
+            say(err, f"error: {rubric_ref} is not a YAML file, so there is no folder to save the heads beside; give --output PATH")
+            raise typer.Exit(2)
+        output = Heads.path_for(rubric_ref)
+    refuse_output(err, output, folder=False, option="--output")
+    chosen_layers = guarded(ctx, err, lambda: _layers(layers))
+    target = load_target(ctx, rubric_ref, err)
+    rubric = _rubric(target)
+    examples, skipped = guarded(ctx, err, lambda: _examples(rubric, data, label or [], text_column, rows, skip_unknown_labels))
+    if skipped:
+        say(err, f"left out {skipped} labels that are not an answer of their field (--skip-unknown-labels)")
+    engine = guarded(ctx, err, lambda: load_engine(err, model=model, threads=threads, device=device, dtype=dtype, loader=loader))
+    with _bar(err) as progress:
+        result = guarded(ctx, err, lambda: engine.fit(target, examples, layers=chosen_layers, progress=progress))
+    for line in result.warnings:
+        say(err, line)
+    result.skipped = skipped
+    guarded(ctx, err, lambda: result.heads.save(output))
+    if as_json:
+        typer.echo(json.dumps({**result.to_dict(), "saved": str(output)}, indent=2))
+        return
+    out = Console()
+    out.print(fit_table(result))
+    fitted = result.heads.fitted_fields
+    say(out, f"{len(fitted)} of {len(result.fields)} labelled fields answer with a fitted head"
+             + (f" ({', '.join(fitted)})" if fitted else "")
+             + f"; read {result.rows} rows in {result.timings_s['read']:.1f} s, fitted in {result.timings_s['fit']:.1f} s")
+    say(out, f"saved {output}")
+
+
+def fit_table(result: Any) -> Table:
+    """One row per (field, readout): its cross-validated accuracy with its 95 % interval, and which won."""
+    table = Table(title="cross-validated accuracy on the fitting rows", title_justify="left")
+    for column in ("field", "readout", "accuracy", "95 % interval", "p vs zero-shot", "rows", "kept"):
+        table.add_column(column, justify="right" if column in ("accuracy", "95 % interval", "p vs zero-shot", "rows") else "left")
+    for name, info in result.fields.items():
+        if not info.candidates:
+            table.add_row(name, "-", "-", "-", "-", "0", "zero_shot")
+        for readout, figure in info.candidates.items():
+            table.add_row(
+                name, readout, f"{figure.accuracy:.3f}", f"{figure.low:.3f}-{figure.high:.3f}",
+                "" if figure.p_vs_zero_shot is None else f"{figure.p_vs_zero_shot:.3g}", str(figure.rows),
+                "yes" if readout == info.readout else "",
+            )
+    return table
+
+
+def _layers(text: str) -> tuple[int, ...]:
+    try:
+        chosen = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise DataError(f"--layers expects whole numbers separated by commas, e.g. -1,-4; got {text!r}") from None
+    if not chosen:
+        raise DataError("--layers names no layer")
+    return chosen
+
+
+def _rubric(target: Any) -> Any:
+    from ..spec.declare import rubric_of
+
+    return rubric_of(target)
+
+
+def _examples(rubric: Any, data: Path, labels: list[str], text_column: str, rows: str | None,
+              skip_unknown: bool) -> tuple[list[Any], int]:
+    """The labelled rows as (text, {field: label}), checked against the rubric before the model loads."""
+    from ..runtime.head_fit import examples_of
+
+    given: dict[str, str] = {}
+    for item in labels:
+        name, equals, column = item.partition("=")
+        if not equals or not name.strip() or not column.strip():
+            raise DataError(f"--label expects FIELD=COLUMN, got {item!r}")
+        given[name.strip()] = column.strip()
+    header, records = load_records(data)
+    if text_column not in header:
+        raise DataError(f"{data}: no column {text_column!r} for the input text (columns: {', '.join(header)}); "
+                        "name it with --text-column")
+    columns = fit_columns(rubric, header, given)
+    selected = parse_slice(rows)
+    numbered = list(enumerate(records))
+    if selected is not None:
+        numbered = numbered[selected]
+    if not numbered:
+        raise DataError("no rows selected (check --rows)")
+    pairs = [(record.get(text_column), {name: record.get(column) for name, column in columns.items()})
+             for _, record in numbered]
+    for (number, _), (text, _) in zip(numbered, pairs):
+        if not isinstance(text, (str, dict, list)) or (isinstance(text, str) and not text.strip()):
+            raise DataError(f"{data}: data row {number}: the {text_column!r} cell is empty")
+    try:
+        return examples_of(rubric, [(text, {k: _cell(v) for k, v in found.items()}) for text, found in pairs],
+                           unknown_labels="skip" if skip_unknown else "error")
+    except DataError as error:
+        # examples_of counts the selected rows; say which data row of the file that is.
+        raise DataError(f"{data}: {_renumbered(str(error), [n for n, _ in numbered])}") from None
+
+
+def _cell(value: Any) -> Any:
+    return None if value is None else value if isinstance(value, (str, bool, int)) else str(value)
+
+
+def _renumbered(message: str, numbers: list[int]) -> str:
+    head, sep, rest = message.partition(": ")
+    if head.startswith("row ") and head[4:].isdigit() and int(head[4:]) < len(numbers):
+        return f"data row {numbers[int(head[4:])]}{sep}{rest}"
+    return message
+
+
+class _bar:
+    """A rich progress bar over the rows read for fitting."""
+
+    def __init__(self, err: Console):
+        self.err = err
+
+    def __enter__(self) -> Any:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(TextColumn("reading rows"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                 console=self.err)
+        self.progress.__enter__()
+        task = self.progress.add_task("read", total=None)
+        return lambda done, total: self.progress.update(task, completed=done, total=total)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)

@@ -1,0 +1,315 @@
+"""Fitting decision heads from labelled rows, and choosing per field between a head and zero-shot.
+
+`fit_heads` runs the labelled rows through the engine's own packed passes once, with each row's
+gold answers written into the prompt in place of the model's (so a dependent field is read under
+its right parent answer), and keeps, per labelled field, the hidden states at its answer position
+and its zero-shot distribution. Per field it then fits a multinomial logistic regression
+(scikit-learn) on those features, with its regularisation chosen by stratified cross-validation on
+the same rows, and compares the readouts on the rows' out-of-fold answers:
+
+- `zero_shot`: the engine's readout (its correction applied), which needs no fitting;
+- `fitted`: the head, reading the hidden states and the zero-shot log-probabilities.
+
+The field keeps the readout with the higher cross-validated accuracy (zero-shot on a tie). Each
+candidate's figure comes with its 95 % Wilson interval and McNemar's exact p against zero-shot on
+the same rows. A field with fewer than `min_rows_per_label` rows for some answer keeps zero-shot,
+and the result's warnings say how many more rows it needs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+
+from ..errors import DataError, DecisionflowError, Unavailable
+from ..spec.declare import rubric_of
+from ..spec.gold import gold_label
+from ..spec.rubric import Rubric
+from .head_store import _library_version
+from .heads import DEFAULT_LAYERS, Candidate, FieldHead, FieldHeadInfo, Heads, HeadsMetadata, prompt_fingerprint, rubric_fingerprint, zero_shot_features
+
+MIN_ROWS_PER_LABEL = 2
+"""Fewer labelled rows than this for some answer of a field, and the field keeps zero-shot."""
+MAX_FOLDS = 5
+REGULARISATION_GRID = (0.01, 0.1, 1.0)
+"""Inverse regularisation strengths C tried by cross-validation (features are standardised)."""
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled row: its input and its gold label per labelled field (as the field's labels)."""
+
+    index: int
+    text: Any
+    labels: dict[str, str]
+
+
+@dataclass
+class FieldData:
+    """A field's fitting rows: features, zero-shot log-probabilities, gold and zero-shot answers."""
+
+    hidden: list[torch.Tensor] = field(default_factory=list)
+    zero_shot: list[torch.Tensor] = field(default_factory=list)
+    gold: list[int] = field(default_factory=list)
+    zero_shot_answer: list[int] = field(default_factory=list)
+
+
+@dataclass
+class FitResult:
+    heads: Heads
+    warnings: list[str]
+    rows: int
+    """Rows read (labelled for at least one field)."""
+    failed: dict[int, str]
+    """Row index -> why the engine could not read it (too long, empty...)."""
+    skipped: int = 0
+    """Labels outside a field's answers skipped (with `unknown_labels="skip"`)."""
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def fields(self) -> dict[str, FieldHeadInfo]:
+        return dict(self.heads.metadata.fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rubric": self.heads.metadata.rubric,
+            "rows": self.rows,
+            "failed_rows": {str(k): v for k, v in self.failed.items()},
+            "skipped_labels": self.skipped,
+            "warnings": self.warnings,
+            "timings_s": self.timings_s,
+            "fields": {name: info.model_dump() for name, info in self.heads.metadata.fields.items()},
+        }
+
+
+def examples_of(rubric: Rubric, rows: Iterable[Any], *, unknown_labels: str = "error") -> tuple[list[Example], int]:
+    """The rows as examples, each gold cell read as its field's label. A label that is not one of its
+    field's answers is an error naming the row and the close matches (or, with `unknown_labels="skip"`,
+    left out and counted). Returns the examples and how many labels were skipped."""
+    if unknown_labels not in ("error", "skip"):
+        raise DataError(f"unknown_labels must be 'error' or 'skip', got {unknown_labels!r}")
+    examples: list[Example] = []
+    skipped = 0
+    for index, row in enumerate(rows):
+        text, written = _split_row(rubric, index, row)
+        labels: dict[str, str] = {}
+        for name, value in written.items():
+            if value is None or (isinstance(value, str) and not value.strip()):
+                continue
+            spec = rubric.fields[name]
+            label = gold_label(spec, value.strip() if isinstance(value, str) else _as_label(value))
+            if label not in spec.labels:
+                if unknown_labels == "skip":
+                    skipped += 1
+                    continue
+                close = difflib.get_close_matches(label, spec.labels, n=3, cutoff=0.6)
+                hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+                raise DataError(f"row {index}: {label!r} is not an answer of field {name!r}{hint} "
+                                f"(it offers {_listed(spec.labels)})")
+            labels[name] = label
+        if labels:
+            examples.append(Example(index, text, labels))
+    if not examples:
+        raise DataError("no row labels any field of rubric "
+                        f"{rubric.name!r} with one of its answers (fields: {', '.join(rubric.fields)})")
+    return examples, skipped
+
+
+def _split_row(rubric: Rubric, index: int, row: Any) -> tuple[Any, dict[str, Any]]:
+    if isinstance(row, Mapping):
+        if "text" not in row:
+            raise DataError(f"row {index}: no 'text' key (a row is a mapping with 'text' and a key per labelled field)")
+        written = {k: v for k, v in row.items() if k != "text"}
+        text = row["text"]
+    elif isinstance(row, (tuple, list)) and len(row) == 2 and isinstance(row[1], Mapping):
+        text, written = row[0], dict(row[1])
+    else:
+        raise DataError(f"row {index}: expected (text, {{field: label}}) or a mapping with 'text', got {type(row).__name__}")
+    for name in written:
+        spec = rubric.fields.get(name)
+        if spec is None:
+            close = difflib.get_close_matches(str(name), list(rubric.fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise DataError(f"row {index}: {name!r} is not a field of rubric {rubric.name!r}{hint} "
+                            f"(fields: {', '.join(rubric.fields)})")
+        if spec.derive is not None:
+            raise DataError(f"row {index}: field {name!r} is derived in code from {', '.join(spec.derive.reads)}, "
+                            "so it cannot be fitted; label the fields it reads instead")
+    return text, written
+
+
+def _as_label(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if hasattr(value, "value"):  # an Enum member
+        value = value.value
+    return str(value)
+
+
+def _listed(labels: Sequence[str], shown: int = 8) -> str:
+    return ", ".join(labels[:shown]) + (f", ... ({len(labels)} in all)" if len(labels) > shown else "")
+
+
+def fit_heads(
+    engine: Any, target: Any, rows: Iterable[Any], *, layers: Sequence[int] = DEFAULT_LAYERS,
+    zero_shot_features: bool = True, min_rows_per_label: int = MIN_ROWS_PER_LABEL,
+    regularisation: Sequence[float] = REGULARISATION_GRID, folds: int = MAX_FOLDS, unknown_labels: str = "error",
+    progress: Progress | None = None, seed: int = 0,
+) -> FitResult:
+    """Read `rows` once through the engine and fit, per labelled field, a head or keep zero-shot.
+
+    `layers`: the hidden layers a head reads (from the top: -1 is what the LM head reads).
+    `progress(done, total)` is called as rows are read.
+    """
+    if not layers:
+        raise DataError("a head needs at least one hidden layer to read")
+    rubric = rubric_of(target)
+    count = len(engine.backend.parts.layers)
+    bad = [layer for layer in layers if not -count <= layer < count]
+    if bad:
+        raise DataError(f"layer {bad[0]} does not exist: the model has {count} layers (use -1 .. -{count})")
+    began = time.perf_counter()
+    examples, skipped = examples_of(rubric, rows, unknown_labels=unknown_labels)
+    captured: list[Any] = [None] * len(examples)
+    outcomes = engine._decide(
+        rubric, [e.text for e in examples], progress=progress, calibration=None, debias=None, fail_fast=False,
+        capture=tuple(layers), forced=[e.labels for e in examples], captured=captured,
+    )
+    read_s = time.perf_counter() - began
+    failed = {e.index: str(o) for e, o in zip(examples, outcomes) if isinstance(o, DecisionflowError)}
+    data = _field_data(rubric, examples, captured)
+    began = time.perf_counter()
+    warnings: list[str] = []
+    infos: dict[str, FieldHeadInfo] = {}
+    heads: dict[str, FieldHead] = {}
+    labelled = [name for name in rubric.fields if any(name in e.labels for e in examples)]
+    for name in labelled:
+        info, head, warning = fit_field(
+            rubric, name, data.get(name, FieldData()), layers=tuple(layers), zero_shot_features=zero_shot_features,
+            min_rows_per_label=min_rows_per_label, regularisation=regularisation, folds=folds, seed=seed,
+        )
+        infos[name] = info
+        if head is not None:
+            heads[name] = head
+        if warning:
+            warnings.append(warning)
+    prepared = engine._prepare(rubric)
+    metadata = HeadsMetadata(
+        rubric=rubric.name, rubric_fingerprint=rubric_fingerprint(rubric), model=engine.model_fingerprint,
+        model_name=getattr(engine.loaded, "name", "") or "", prompt=prompt_fingerprint(prepared.compiled.head_tokens),
+        dtype=str(engine.backend.dtype).removeprefix("torch."), library=_library_version(), fields=infos,
+    )
+    if failed:
+        warnings.append(f"{len(failed)} of {len(examples)} rows could not be read and were left out "
+                        f"(first: row {next(iter(failed))}: {next(iter(failed.values()))})")
+    return FitResult(Heads(metadata, heads), warnings, rows=len(examples), failed=failed, skipped=skipped,
+                     timings_s={"read": read_s, "fit": time.perf_counter() - began})
+
+
+def _field_data(rubric: Rubric, examples: Sequence[Example], captured: Sequence[Any]) -> dict[str, FieldData]:
+    """Per field, the rows where it was read and labelled with an answer its row offered."""
+    data: dict[str, FieldData] = {}
+    for example, reads in zip(examples, captured):
+        if reads is None:
+            continue
+        for name, gold in example.labels.items():
+            read = reads.get(name)
+            if read is None:
+                continue
+            labels = rubric.fields[name].labels
+            index = labels.index(gold)
+            if index not in read.offered:
+                continue  # under the row's parent answer this field does not offer its gold answer
+            entry = data.setdefault(name, FieldData())
+            entry.hidden.append(read.features)
+            entry.zero_shot.append(zero_shot_features(read.zero_shot, read.offered, len(labels)))
+            entry.gold.append(index)
+            best = max(range(len(read.zero_shot)), key=read.zero_shot.__getitem__)
+            entry.zero_shot_answer.append(read.offered[best])
+    return data
+
+
+def fit_field(
+    rubric: Rubric, name: str, data: FieldData, *, layers: tuple[int, ...], zero_shot_features: bool,
+    min_rows_per_label: int, regularisation: Sequence[float], folds: int, seed: int,
+) -> tuple[FieldHeadInfo, FieldHead | None, str]:
+    """One field's fit: its info (candidates, choice), its head when fitted wins, and a warning line."""
+    labels = rubric.fields[name].labels
+    counts = {label: 0 for label in labels}
+    for index in data.gold:
+        counts[labels[index]] += 1
+    base = dict(labels=tuple(labels), layers=layers, zero_shot_features=zero_shot_features, rows=len(data.gold),
+                rows_per_label=counts)
+    zero_shot_right = [a == g for a, g in zip(data.zero_shot_answer, data.gold)]
+    candidates = {"zero_shot": _candidate(zero_shot_right)} if data.gold else {}
+    short = {label: n for label, n in counts.items() if n < min_rows_per_label}
+    if short:
+        needed = sum(min_rows_per_label - n for n in short.values())
+        worst = ", ".join(f"{label} ({n})" for label, n in list(short.items())[:5])
+        more = f" and {len(short) - 5} more" if len(short) > 5 else ""
+        note = (f"{len(short)} of {len(labels)} answers have fewer than {min_rows_per_label} labelled rows: "
+                f"{worst}{more}; {needed} more rows would let a head be fitted")
+        return (FieldHeadInfo(readout="zero_shot", candidates=candidates, note=note, **base), None,
+                f"warning: field {name!r} keeps the zero-shot readout: {note}")
+    try:
+        import numpy as np
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.model_selection import StratifiedKFold
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+    except ImportError as error:
+        raise Unavailable(f"fitting heads needs scikit-learn ({error.name} is missing): pip install scikit-learn") from None
+    x = torch.stack(data.hidden)
+    if zero_shot_features:
+        x = torch.cat([x, torch.stack(data.zero_shot)], dim=1)
+    features = x.double().numpy()
+    gold = np.asarray(data.gold)
+    splits = max(2, min(folds, min(counts.values())))
+    cv = StratifiedKFold(n_splits=splits, shuffle=True, random_state=seed)
+
+    def model(c: float) -> Any:
+        return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=300))
+
+    best_c, best_right = None, None
+    for c in regularisation:
+        predicted = np.empty_like(gold)
+        for train, test in cv.split(features, gold):
+            predicted[test] = model(c).fit(features[train], gold[train]).predict(features[test])
+        right = (predicted == gold).tolist()
+        if best_right is None or sum(right) > sum(best_right):
+            best_c, best_right = c, right
+    assert best_right is not None and best_c is not None
+    candidates["fitted"] = _candidate(best_right, zero_shot_right)
+    chosen = "fitted" if sum(best_right) > sum(zero_shot_right) else "zero_shot"
+    info = FieldHeadInfo(readout=chosen, regularisation=best_c, folds=splits, candidates=candidates, **base,
+                         note="" if chosen == "fitted" else "the zero-shot readout was as accurate across folds")
+    if chosen != "fitted":
+        return info, None, ""
+    final = model(best_c).fit(features, gold)
+    scaler, regression = final[0], final[-1]
+    weight = torch.tensor(regression.coef_, dtype=torch.float32)
+    bias = torch.tensor(regression.intercept_, dtype=torch.float32)
+    if weight.shape[0] == 1:  # two answers: scikit-learn keeps one row; as two, the softmax is its sigmoid
+        weight, bias = torch.cat([-weight / 2, weight / 2]), torch.cat([-bias / 2, bias / 2])
+    head = FieldHead(weight, bias, torch.tensor(scaler.mean_, dtype=torch.float32),
+                     torch.tensor(scaler.scale_, dtype=torch.float32))
+    return info, head, ""
+
+
+def _candidate(right: Sequence[bool], zero_shot_right: Sequence[bool] | None = None) -> Candidate:
+    from scipy.stats import binomtest
+
+    n, k = len(right), sum(right)
+    interval = binomtest(k, n).proportion_ci(method="wilson") if n else None
+    p = None
+    if zero_shot_right is not None:
+        wins = sum(a and not b for a, b in zip(right, zero_shot_right))
+        losses = sum(b and not a for a, b in zip(right, zero_shot_right))
+        p = binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
+    return Candidate(accuracy=k / n if n else 0.0, low=interval.low if interval else 0.0,
+                     high=interval.high if interval else 0.0, rows=n, p_vs_zero_shot=p)

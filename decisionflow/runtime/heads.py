@@ -1,0 +1,273 @@
+"""Fitted decision heads: a small classifier per field on the hidden states the branch pass computes.
+
+At a field's answer position the model's last hidden state is what its LM head reads to score the
+next token. A fitted head reads the same position (and a lower layer) plus the field's zero-shot
+log-probabilities, and maps them to a distribution over the field's answers with a multinomial
+logistic regression learned from labelled rows (`head_fit`). It needs no extra pass and no extra
+token: the features come out of the pass that reads the field anyway.
+
+A rubric's heads live in one file beside it, `triage.yaml` -> `triage.heads.safetensors`: per fitted
+field its weights, bias and feature standardisation, and in the file's header the metadata that
+says what they were fitted for (model and rubric fingerprints, the prompt, each field's answers and
+features, the cross-validated figures of every readout the fit compared, rows per label). A head
+fitted for another model, rubric, prompt or option set is refused, naming the mismatch. A field
+whose fit chose the zero-shot readout has metadata but no weights: the file records why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import CalibrationError
+from ..spec.rubric import Rubric
+
+FORMAT = 1
+DEFAULT_LAYERS = (-1, -4)
+"""Hidden layers a head reads, counted from the top (see `forward.Capture`; measured in docs/evaluation.md)."""
+ZERO_SHOT_FLOOR = 1e-6
+"""The smallest zero-shot probability a head's log-probability features see (and what an answer the
+row does not offer counts as)."""
+METADATA_KEY = "decisionflow_heads"
+
+
+class HeadsError(CalibrationError):
+    """A heads file cannot be read, or was fitted for another model, rubric, prompt or option set."""
+
+
+class Candidate(BaseModel):
+    """One readout's cross-validated figure on the fit's rows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    accuracy: float
+    low: float
+    """95 % Wilson interval of the accuracy."""
+    high: float
+    rows: int
+    p_vs_zero_shot: float | None = None
+    """McNemar's exact p of the paired difference with the zero-shot readout on the same rows."""
+
+
+class FieldHeadInfo(BaseModel):
+    """What the fit decided for one field, and on what evidence."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    labels: tuple[str, ...]
+    """The field's answers when it was fitted, in the rubric's order (the head's output order)."""
+    readout: str
+    """`fitted` (the head answers) or `zero_shot` (the fit kept the engine's readout)."""
+    layers: tuple[int, ...] = DEFAULT_LAYERS
+    zero_shot_features: bool = True
+    rows: int = 0
+    rows_per_label: dict[str, int] = {}
+    regularisation: float | None = None
+    """The inverse regularisation strength C chosen by cross-validation."""
+    folds: int | None = None
+    candidates: dict[str, Candidate] = {}
+    note: str = ""
+    """Why the field kept the zero-shot readout, when it did."""
+
+
+class HeadsMetadata(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: int = FORMAT
+    rubric: str
+    rubric_fingerprint: str
+    model: str
+    """The fitted model's content fingerprint (`head_store.model_fingerprint`)."""
+    model_name: str = ""
+    prompt: str
+    """A digest of the rubric's head tokens: the prompt (template, catalog) the features were read under."""
+    dtype: str = ""
+    library: str = ""
+    fields: dict[str, FieldHeadInfo] = Field(default_factory=dict)
+
+
+class FieldHead:
+    """One field's multinomial logistic regression over standardised features."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, mean: torch.Tensor, scale: torch.Tensor):
+        self.weight, self.bias, self.mean, self.scale = weight, bias, mean, scale
+
+    @property
+    def feature_size(self) -> int:
+        return int(self.weight.shape[1])
+
+    def probabilities(self, features: torch.Tensor, zero_shot: torch.Tensor | None, offered: Sequence[int]) -> tuple[float, ...]:
+        """The head's distribution over the `offered` answers (indexes into the field's labels)."""
+        x = features if zero_shot is None else torch.cat([features, zero_shot])
+        logits = self.weight @ ((x - self.mean) / self.scale) + self.bias
+        chosen = logits[list(offered)].double()
+        return tuple(torch.softmax(chosen, dim=0).tolist())
+
+
+def zero_shot_features(probabilities: Sequence[float], offered: Sequence[int], label_count: int) -> torch.Tensor:
+    """Log-probabilities over every answer of the field; answers the row does not offer get the floor."""
+    values = [math.log(ZERO_SHOT_FLOOR)] * label_count
+    for index, p in zip(offered, probabilities):
+        values[index] = math.log(max(p, ZERO_SHOT_FLOOR))
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def rubric_fingerprint(rubric: Rubric) -> str:
+    return hashlib.sha256(rubric.key.encode()).hexdigest()[:32]
+
+
+def prompt_fingerprint(head_tokens: Sequence[int]) -> str:
+    return hashlib.sha256(json.dumps(list(head_tokens)).encode()).hexdigest()[:32]
+
+
+class Heads:
+    """A rubric's fitted heads and their metadata; `for_field` gives the heads that answer."""
+
+    def __init__(self, metadata: HeadsMetadata, heads: dict[str, FieldHead], path: Path | None = None):
+        self.metadata = metadata
+        self.heads = heads
+        self.path = path
+
+    @staticmethod
+    def path_for(rubric_path: str | Path) -> Path:
+        path = Path(rubric_path)
+        return path.with_name(path.stem + ".heads.safetensors")
+
+    @property
+    def fitted_fields(self) -> list[str]:
+        return [name for name, info in self.metadata.fields.items() if info.readout == "fitted" and name in self.heads]
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """Every hidden layer some fitted head reads (the pass captures these)."""
+        found: list[int] = []
+        for name in self.fitted_fields:
+            found += [layer for layer in self.metadata.fields[name].layers if layer not in found]
+        return tuple(found)
+
+    def for_field(self, name: str) -> tuple[FieldHead, FieldHeadInfo] | None:
+        head = self.heads.get(name)
+        info = self.metadata.fields.get(name)
+        if head is None or info is None or info.readout != "fitted":
+            return None
+        return head, info
+
+    # -- files --------------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write the heads atomically; a readable copy of the metadata goes beside (`.json`)."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        tensors = {}
+        for name, head in self.heads.items():
+            for part in ("weight", "bias", "mean", "scale"):
+                tensors[f"{name}.{part}"] = getattr(head, part).detach().float().contiguous().cpu()
+        text = self.metadata.model_dump_json()
+        handle, temporary = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+        os.close(handle)
+        try:
+            save_file(tensors, temporary, metadata={METADATA_KEY: text})
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+        path.with_suffix(".json").write_text(self.metadata.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        self.path = path
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Heads:
+        from safetensors import SafetensorError, safe_open
+
+        path = Path(path)
+        if not path.is_file():
+            raise HeadsError(f"heads file not found: {path}")
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                header = (handle.metadata() or {}).get(METADATA_KEY)
+                if header is None:
+                    raise HeadsError(f"{path}: not a heads file (no {METADATA_KEY} metadata); fit one with `decisionflow fit`")
+                tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+        except (SafetensorError, OSError) as error:
+            raise HeadsError(f"{path}: cannot read the heads file: {error}") from None
+        try:
+            metadata = HeadsMetadata.model_validate_json(header)
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            where = ".".join(map(str, first["loc"])) or "metadata"
+            raise HeadsError(f"{path}: not a heads file ({where}: {first['msg']})") from None
+        if metadata.format != FORMAT:
+            raise HeadsError(f"{path}: heads format {metadata.format}, this decisionflow reads format {FORMAT}; fit again")
+        heads = {}
+        for name, info in metadata.fields.items():
+            if info.readout != "fitted":
+                continue
+            try:
+                parts = [tensors[f"{name}.{part}"].float() for part in ("weight", "bias", "mean", "scale")]
+            except KeyError as missing:
+                raise HeadsError(f"{path}: field {name!r} is marked fitted but its tensor {missing} is missing") from None
+            weight, bias, mean, scale = parts
+            if (weight.ndim != 2 or weight.shape[0] != len(info.labels) or bias.shape != (len(info.labels),)
+                    or mean.shape != (weight.shape[1],) or scale.shape != mean.shape):
+                raise HeadsError(f"{path}: field {name!r}: the head's tensors do not fit its {len(info.labels)} answers")
+            if not all(torch.isfinite(t).all() for t in parts) or bool((scale <= 0).any()):
+                raise HeadsError(f"{path}: field {name!r}: the head holds values that are not finite; fit again")
+            heads[name] = FieldHead(weight, bias, mean, scale)
+        return cls(metadata, heads, path)
+
+    # -- checks -------------------------------------------------------------------------------
+
+    def check(self, rubric: Rubric, *, model: str, prompt: str, hidden_size: int | None = None) -> None:
+        """Refuse heads fitted for another model, rubric, prompt or option set, naming the mismatch."""
+        where = f"{self.path}: " if self.path is not None else ""
+        meta = self.metadata
+        if meta.rubric != rubric.name:
+            raise HeadsError(f"{where}the heads are for rubric {meta.rubric!r}, not {rubric.name!r}")
+        for name, info in meta.fields.items():
+            spec = rubric.fields.get(name)
+            if spec is None:
+                raise HeadsError(f"{where}the heads have field {name!r}, which rubric {rubric.name!r} does not have "
+                                 f"(fields: {', '.join(rubric.fields)})")
+            if tuple(spec.labels) != info.labels:
+                added = [label for label in spec.labels if label not in info.labels]
+                gone = [label for label in info.labels if label not in spec.labels]
+                change = "; ".join(part for part in (
+                    f"the rubric adds {', '.join(added)}" if added else "",
+                    f"the rubric no longer offers {', '.join(gone)}" if gone else "",
+                ) if part) or "the rubric lists them in another order"
+                raise HeadsError(f"{where}the head of field {name!r} was fitted for other answers ({change}); fit again")
+        if meta.model != model:
+            raise HeadsError(f"{where}the heads were fitted on another model ({meta.model_name or meta.model[:12]}); "
+                             "fit again with this model")
+        if meta.rubric_fingerprint != rubric_fingerprint(rubric):
+            raise HeadsError(f"{where}the heads were fitted for another version of rubric {rubric.name!r} "
+                             "(its questions, wording or settings changed); fit again")
+        if meta.prompt != prompt:
+            raise HeadsError(f"{where}the heads were fitted under another prompt (chat template, catalog or engine "
+                             "options changed); fit again")
+        if hidden_size is not None:
+            for name in self.fitted_fields:
+                head, info = self.heads[name], meta.fields[name]
+                expected = hidden_size * len(info.layers) + (len(info.labels) if info.zero_shot_features else 0)
+                if head.feature_size != expected:
+                    raise HeadsError(f"{where}the head of field {name!r} reads {head.feature_size} features; this model "
+                                     f"gives {expected}; fit again")
+
+
+def read_metadata(path: str | Path) -> HeadsMetadata:
+    """Only the metadata of a heads file (for reports and listings)."""
+    return Heads.load(path).metadata
+
+
+def describe(info: FieldHeadInfo) -> dict[str, Any]:
+    """A field's fit in one JSON-able dict (what `/v1/rubrics` and `fit --json` show)."""
+    return {"readout": info.readout, "rows": info.rows, "candidates": {k: v.model_dump() for k, v in info.candidates.items()}}
