@@ -16,6 +16,7 @@ from .common import (
     ExactOption,
     LoaderOption,
     ModelOption,
+    NoHeadsOption,
     ThreadsOption,
     count,
     guarded,
@@ -44,8 +45,10 @@ def serve_command(
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: a free one, printed when ready).")] = 8000,
     rubrics: Annotated[
         Path | None,
-        typer.Option("--rubrics", help="Folder of YAML rubrics served by file stem (default: the shipped workflows).", show_default=False),
+        typer.Option("--rubrics", help="Folder of YAML rubrics served by file stem (default: the shipped workflows); a "
+                     "calibration or heads file beside a rubric is applied to its route.", show_default=False),
     ] = None,
+    no_heads: NoHeadsOption = False,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
@@ -73,7 +76,7 @@ def serve_command(
     from ..serve import Batching, Limits, RubricRegistry, ServeSettings, create_app
     from ..serve.server import bind, serve
 
-    registry = guarded(ctx, err, lambda: RubricRegistry.from_folder(rubrics))
+    registry = guarded(ctx, err, lambda: RubricRegistry.from_folder(rubrics, heads=not no_heads))
     settings = ServeSettings(
         limits=Limits(max_body_bytes=max_body_bytes, max_questions=max_questions, max_options=max_options,
                       max_texts=max_texts, max_queue=max_queue),
@@ -82,7 +85,11 @@ def serve_command(
     )
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, threads=threads, device=device, dtype=dtype,
                                                    loader=loader))
-    app = create_app(engine, registry, settings)
+    app = guarded(ctx, err, lambda: create_app(engine, registry, settings))  # checks the heads against the model
+    for entry in registry.entries.values():
+        if entry.heads is not None:
+            # Answers change under fitted heads: say which file does it, and for which fields (as `run` does).
+            say(err, f"heads: {entry.heads.path} ({entry.name}; fitted: {', '.join(entry.fitted) or 'none'})")
     sock = guarded(ctx, err, lambda: bind(host, port))
     bound_host, bound_port = sock.getsockname()[:2]
     shown_host = f"[{bound_host}]" if ":" in bound_host else bound_host

@@ -112,7 +112,6 @@ class Engine:
         self._prepared_lock = threading.Lock()
         self._store: HeadStore | None = None
         self._fingerprint: str | None = None
-        self._checked_heads: set[tuple[int, str]] = set()
 
     @classmethod
     def load(
@@ -284,9 +283,12 @@ class Engine:
             calibration.check(rubric)
         if heads is not None and not heads.fitted_fields:
             heads = None
-        if heads is not None and (id(heads), rubric.key) not in self._checked_heads:
-            self.check_heads(heads, rubric)
-            self._checked_heads.add((id(heads), rubric.key))
+        if heads is not None:
+            # Checked once per (model, prepared rubric): the heads object remembers what it was checked against.
+            checked = (self.model_fingerprint, self._prepared_key(rubric))
+            if checked not in heads.checked_for:
+                self.check_heads(heads, rubric)
+                heads.checked_for.add(checked)
         model_cls = typed_model(target)
         prepared = self._prepare(rubric)
         priors = self._priors(prepared, rubric, debias, calibration)

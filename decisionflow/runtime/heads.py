@@ -135,6 +135,8 @@ class Heads:
         self.metadata = metadata
         self.heads = heads
         self.path = path
+        self.checked_for: set[Any] = set()
+        """What these heads were already checked against (an engine's model and prepared rubric)."""
 
     @staticmethod
     def path_for(rubric_path: str | Path) -> Path:

@@ -91,7 +91,7 @@ class DecisionService:
             raise at_capacity(self.batcher.depth)
         fields = ["text"] if single else [field_path("texts", i) for i in range(len(payloads))]
         outcomes = await asyncio.gather(
-            *(self._decide_one(("rubric", name), entry.rubric, entry.calibration, payload, where)
+            *(self._decide_one(("rubric", name), entry.rubric, entry.calibration, entry.heads, payload, where)
               for payload, where in zip(payloads, fields)),
             return_exceptions=True,
         )
@@ -129,14 +129,14 @@ class DecisionService:
                                     f"the most the server's queue holds (max_queue)"), "texts")
         return texts, False
 
-    async def _decide_one(self, group: Any, target: Any, calibration: Any, payload: Any, where: str) -> Any:
+    async def _decide_one(self, group: Any, target: Any, calibration: Any, heads: Any, payload: Any, where: str) -> Any:
         try:
             cost = await self._admit(target, payload)
         except _RubricTooLong as error:
             raise error.error from None
         except InputError as error:
             raise Located(error, where) from None
-        outcome = await self.batcher.decide(group, target, payload, cost=cost, calibration=calibration)
+        outcome = await self.batcher.decide(group, target, payload, cost=cost, calibration=calibration, heads=heads)
         if isinstance(outcome, DecisionflowError):
             raise Located(outcome, where)
         if isinstance(outcome, BaseException):
@@ -169,10 +169,15 @@ def _admission(engine: Any, target: Any, payload: Any) -> int:
 
 
 def create_app(engine: Any, registry: RubricRegistry | None = None, settings: ServeSettings | None = None) -> FastAPI:
-    """The ASGI app serving `engine` (already loaded); rubrics by name from `registry` (default: the shipped workflows)."""
+    """The ASGI app serving `engine` (already loaded); rubrics by name from `registry` (default: the shipped workflows).
+
+    Fitted heads in `registry` are checked against `engine` first: heads fitted for another model, rubric,
+    prompt or option set are a `RubricError` naming each file, and no app is made."""
     settings = settings or ServeSettings()
     metrics = Metrics()
-    service = DecisionService(engine, registry or RubricRegistry.from_folder(), settings, metrics)
+    registry = registry or RubricRegistry.from_folder()
+    registry.check_heads(engine)
+    service = DecisionService(engine, registry, settings, metrics)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -28,9 +28,10 @@ from .settings import Batching
 @dataclass(eq=False)
 class _Waiting:
     group: Hashable
-    """Inputs of one group share a rubric (and calibration) and may share a model call."""
+    """Inputs of one group share a rubric (and calibration and heads) and may share a model call."""
     target: Any
     calibration: Any
+    heads: Any
     payload: Any
     cost: int
     """New tokens this input feeds (its input and its rows)."""
@@ -74,15 +75,19 @@ class MicroBatcher:
             await self._dispatcher
         self._model_thread.shutdown(wait=True)
 
-    async def decide(self, group: Hashable, target: Any, payload: Any, *, cost: int, calibration: Any = None) -> Any:
-        """Queue one input; its `Decision` or the `DecisionflowError` it raised, once its batch has run."""
+    async def decide(
+        self, group: Hashable, target: Any, payload: Any, *, cost: int, calibration: Any = None, heads: Any = None,
+    ) -> Any:
+        """Queue one input; its `Decision` or the `DecisionflowError` it raised, once its batch has run.
+
+        `calibration` and `heads` are applied to the input's rubric; inputs of one `group` must share them."""
         if self._closing:
             raise Unavailable("the server is shutting down")
         if self.depth >= self.max_queue:
             self.metrics.rejected.labels(reason="queue_full").inc()
             raise at_capacity(self.depth)
         loop = asyncio.get_running_loop()
-        item = _Waiting(group, target, calibration, payload, cost, loop.create_future(), loop.time())
+        item = _Waiting(group, target, calibration, heads, payload, cost, loop.create_future(), loop.time())
         self._queue.append(item)
         self.metrics.queue_depth.set(self.depth)
         assert self._wake is not None, "MicroBatcher.start() was not awaited"
@@ -162,11 +167,14 @@ class MicroBatcher:
         """One `decide_each` on the model thread: an outcome per input, or the error that failed the call."""
         first = batch[0]
         payloads = [item.payload for item in batch]
+        options: dict[str, Any] = {"calibration": first.calibration}
+        if first.heads is not None:  # passed only when there are some: zero-shot calls stay as they were
+            options["heads"] = first.heads
         loop = asyncio.get_running_loop()
         began = time.perf_counter()
         try:
             return await loop.run_in_executor(
-                self._model_thread, lambda: self.engine.decide_each(first.target, payloads, calibration=first.calibration)
+                self._model_thread, lambda: self.engine.decide_each(first.target, payloads, **options)
             )
         except Exception as error:  # noqa: BLE001 - a failed call fails its inputs, never the server
             return error

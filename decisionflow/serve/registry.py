@@ -1,7 +1,10 @@
-"""The rubrics a server offers by name: every YAML file of a folder, by file stem, with its calibration.
+"""The rubrics a server offers by name: every YAML file of a folder, by file stem, with its calibration
+and its fitted heads.
 
-A folder with a broken rubric, or a calibration that does not fit its rubric, is refused at startup
-with every problem listed: a server never starts with a route that can only fail.
+A folder with a broken rubric, a calibration that does not fit its rubric, or a heads file that cannot
+be read is refused at startup with every problem listed, and so (`check_heads`, once the model is
+loaded) are heads fitted for another model, rubric, prompt or option set: a server never starts with
+a route that can only fail.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 
 from ..errors import DecisionflowError, Problem, RubricError
 from ..runtime.calibration import Calibration
+from ..runtime.heads import Heads, HeadsError, describe as describe_head
 from ..spec.plan import make_plan
 from ..spec.references import YAML_SUFFIXES, shipped_workflows
 from ..spec.rubric import FieldSpec, Rubric
@@ -25,6 +29,14 @@ class Registered:
     rubric: Rubric
     path: Path
     calibration: Calibration | None = None
+    heads: Heads | None = None
+    """`NAME.heads.safetensors` beside the rubric (from `decisionflow fit`); None when there is none or
+    the registry was built with `heads=False`."""
+
+    @property
+    def fitted(self) -> list[str]:
+        """The fields a fitted head answers (the others keep the zero-shot readout)."""
+        return self.heads.fitted_fields if self.heads is not None else []
 
 
 class RubricRegistry:
@@ -32,8 +44,13 @@ class RubricRegistry:
         self.entries = dict(sorted(entries.items()))
 
     @classmethod
-    def from_folder(cls, folder: Path | None = None) -> RubricRegistry:
-        """Every `*.yaml`/`*.yml` in `folder` (default: the shipped workflows); all problems at once."""
+    def from_folder(cls, folder: Path | None = None, *, heads: bool = True) -> RubricRegistry:
+        """Every `*.yaml`/`*.yml` in `folder` (default: the shipped workflows); all problems at once.
+
+        With `heads` (the default) a heads file beside a rubric (`NAME.heads.safetensors`) is read and
+        applied to its route; one that cannot be read is a problem. Without, heads files are not read and
+        every field is answered zero-shot. Whether heads fit the model is `check_heads`'s to say.
+        """
         folder = Path(folder) if folder is not None else shipped_workflows()
         if folder is None or not folder.is_dir():
             raise RubricError.one(str(folder), "", "rubric folder not found")
@@ -43,19 +60,43 @@ class RubricRegistry:
             if path.stem in entries:
                 problems.append(Problem(str(path), "", f"a second rubric named {path.stem!r} (also {entries[path.stem].path.name})"))
                 continue
+            broken = True
             try:
                 rubric = load_rubric(path)
                 calibration = _calibration_beside(path, rubric)
+                broken = False
             except RubricError as error:
                 problems.extend(error.problems)
-                continue
             except DecisionflowError as error:
                 problems.append(Problem(str(path), "", str(error)))
-                continue
-            entries[path.stem] = Registered(path.stem, rubric, path, calibration)
+            fitted = None
+            if heads:  # read even beside a broken rubric: every problem of the folder at once
+                try:
+                    fitted = _heads_beside(path)
+                except HeadsError as error:
+                    problems.append(_heads_problem(Heads.path_for(path), error))
+                    broken = True
+            if not broken:
+                entries[path.stem] = Registered(path.stem, rubric, path, calibration, fitted)
         if problems:
             raise RubricError(problems)
         return cls(entries)
+
+    def check_heads(self, engine: Any) -> None:
+        """Refuse, all problems at once, heads fitted for another model, rubric, prompt or option set
+        than `engine` and the rubric they sit beside (a `RubricError` naming each heads file)."""
+        problems = []
+        for entry in self.entries.values():
+            if entry.heads is None:
+                continue
+            try:
+                engine.check_heads(entry.heads, entry.rubric)
+            except HeadsError as error:
+                problems.append(_heads_problem(Heads.path_for(entry.path), error))
+            except DecisionflowError as error:  # the rubric does not compile for this model's tokenizer
+                problems.append(Problem(str(entry.path), "", str(error)))
+        if problems:
+            raise RubricError(problems)
 
     def get(self, name: str) -> Registered | None:
         return self.entries.get(name)
@@ -74,6 +115,17 @@ def _calibration_beside(path: Path, rubric: Rubric) -> Calibration | None:
     return calibration
 
 
+def _heads_beside(path: Path) -> Heads | None:
+    heads_path = Heads.path_for(path)
+    return Heads.load(heads_path) if heads_path.is_file() else None
+
+
+def _heads_problem(heads_path: Path, error: HeadsError) -> Problem:
+    """The heads file as the problem's source, its message without the path it already starts with."""
+    message = str(error)
+    return Problem(str(heads_path), "", message.removeprefix(f"{heads_path}: "))
+
+
 def _description(entry: Registered, pin_first: bool | None) -> dict[str, Any]:
     plan = make_plan(entry.rubric, pin_first=pin_first)
     return {
@@ -81,6 +133,10 @@ def _description(entry: Registered, pin_first: bool | None) -> dict[str, Any]:
         "rubric": entry.rubric.name,
         "instructions": entry.rubric.instructions,
         "calibrated": entry.calibration is not None,
+        "fitted": entry.fitted,
+        "heads": None if entry.heads is None else {
+            name: describe_head(info) for name, info in entry.heads.metadata.fields.items()
+        },
         "fields": [field_description(spec) for spec in entry.rubric],
         "plan": {**plan.to_dict(), "forward_passes": plan.forward_passes},
     }

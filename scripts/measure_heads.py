@@ -1,0 +1,216 @@
+"""Fitted heads on the development sets: which features, which regularisation, the learning curve.
+
+Reads each set's train.csv and dev.csv once through the engine (the rubric's own packed passes, gold
+parents written in for the training rows), keeping the hidden states of many layers at the field's
+answer position, the mean over the input's own positions, and the zero-shot readout; caches them
+under --cache; then fits heads on k rows per label (or every training row) and scores dev.csv:
+
+    .venv/bin/python scripts/measure_heads.py --sets banking77,clinc150,sst2 --study layers
+    .venv/bin/python scripts/measure_heads.py --sets banking77,clinc150,sst2,nlbse24_issues --study curve
+
+`--study layers` compares feature sets on every training row; `--study curve` runs the shipped
+`fit_field` (the chooser included) at k = 2, 5, 10, 20 per label and on every row. Results go to
+stdout as Markdown and to --out as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+SETS = {
+    "banking77": ("workflows/banking77_intent.yaml", "intent", "label"),
+    "clinc150": ("workflows/clinc150_intent.yaml", "intent", "label"),
+    "sst2": ("workflows/sentiment.yaml", "sentiment", "label"),
+    "nlbse24_issues": ("workflows/issue_triage.yaml", "label", "label"),
+}
+LAYERS = (-1, -2, -4, -6, -8, -10, -12, -16, -20)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def collect(engine, name: str, split: str, cache: Path) -> dict:
+    """Per row: hidden states at LAYERS, the input mean at LAYERS, zero-shot distribution, gold."""
+    from decisionflow.runtime.backend import PackedPass, RequestContext
+    from decisionflow.spec import load_rubric
+
+    path = cache / f"{name}-{split}.pt"
+    if path.is_file():
+        return torch.load(path)
+    rubric_path, field, column = SETS[name]
+    rubric = load_rubric(ROOT / rubric_path)
+    labels = rubric.fields[field].labels
+    rows = [r for r in read_csv(DATA / name / f"{split}.csv") if r[column] in labels]
+    texts = [r["text"] for r in rows]
+    forced = [{field: r[column]} for r in rows] if split == "train" else None
+    captured: list = [None] * len(rows)
+    began = time.perf_counter()
+    outcomes = engine._decide(rubric, texts, progress=None, calibration=None, debias=None, fail_fast=False,
+                              capture=LAYERS, forced=forced, captured=captured)
+    read_s = time.perf_counter() - began
+    compiled, _ = engine.compile(rubric)
+    prepared = engine._prepare(rubric)
+    means = []
+    for text in texts:
+        tokens = compiled.request_tokens(text)
+        packed, last = PackedPass(), -1
+        for token in tokens:
+            last = packed.add(token, parent=last, request=0)
+        _, features = engine.backend.run_pass_with_features(prepared.head, [RequestContext()], packed, [last], LAYERS,
+                                                            list(range(len(tokens))))
+        means.append(features.mean(dim=0))
+    keep = [i for i, c in enumerate(captured) if c is not None and field in c]
+    data = {
+        "labels": list(labels),
+        "hidden": torch.stack([captured[i][field].features for i in keep]),
+        "mean": torch.stack([means[i] for i in keep]),
+        "zero_shot": torch.tensor([[dict(zip(captured[i][field].offered, captured[i][field].zero_shot)).get(j, 0.0)
+                                    for j in range(len(labels))] for i in keep]),
+        "gold": torch.tensor([labels.index(rows[i][column]) for i in keep]),
+        "read_s": read_s,
+        "errors": sum(1 for o in outcomes if not hasattr(o, "fields")),
+    }
+    torch.save(data, path)
+    return data
+
+
+def features_of(data: dict, layers: tuple[int, ...], *, mean: bool, zero_shot: bool) -> torch.Tensor:
+    size = data["hidden"].shape[1] // len(LAYERS)
+    parts = [data["hidden"][:, LAYERS.index(l) * size:(LAYERS.index(l) + 1) * size] for l in layers]
+    if mean:
+        parts += [data["mean"][:, LAYERS.index(l) * size:(LAYERS.index(l) + 1) * size] for l in layers]
+    if zero_shot:
+        parts.append(torch.log(data["zero_shot"].clamp_min(1e-6)))
+    return torch.cat(parts, dim=1)
+
+
+def subsample(gold: torch.Tensor, k: int | None, seed: int = 0) -> list[int]:
+    if k is None:
+        return list(range(len(gold)))
+    by = defaultdict(list)
+    for i, g in enumerate(gold.tolist()):
+        by[g].append(i)
+    rng = random.Random(seed)
+    chosen = []
+    for g in sorted(by):
+        chosen += rng.sample(by[g], min(k, len(by[g])))
+    return sorted(chosen)
+
+
+def fit_and_score(x_train, y_train, x_dev, y_dev, c: float) -> float:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    model = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=300))
+    model.fit(x_train.double().numpy(), y_train.numpy())
+    return float((model.predict(x_dev.double().numpy()) == y_dev.numpy()).mean())
+
+
+def study_layers(train: dict, dev: dict) -> list[dict]:
+    configs = [
+        ((-1,), False, True), ((-1, -4), False, True), ((-1, -4), False, False), ((-4,), False, True),
+        ((-8,), False, True), ((-1, -8), False, True), ((-4, -8), False, True), ((-1, -4, -8), False, True),
+        ((-1, -4, -8, -12), False, True), ((-12,), False, True), ((-1, -4), True, True), ((-8,), True, True),
+    ]
+    out = []
+    for layers, mean, zero_shot in configs:
+        for c in (0.01, 0.1, 1.0):
+            x_train = features_of(train, layers, mean=mean, zero_shot=zero_shot)
+            x_dev = features_of(dev, layers, mean=mean, zero_shot=zero_shot)
+            accuracy = fit_and_score(x_train, train["gold"], x_dev, dev["gold"], c)
+            out.append({"layers": list(layers), "input_mean": mean, "zero_shot": zero_shot, "C": c, "dev": accuracy})
+            print(f"| {layers} | {mean} | {zero_shot} | {c} | {accuracy:.3f} |", flush=True)
+    return out
+
+
+def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean: bool, ks) -> list[dict]:
+    from decisionflow.runtime.head_fit import FieldData, fit_field
+    from decisionflow.spec import load_rubric
+
+    rubric_path, field, _ = SETS[name]
+    rubric = load_rubric(ROOT / rubric_path)
+    zero_shot_dev = float((dev["zero_shot"].argmax(dim=1) == dev["gold"]).float().mean())
+    out = []
+    size = train["hidden"].shape[1] // len(LAYERS)
+    for k in ks:
+        chosen = subsample(train["gold"], k)
+        data = FieldData()
+        for i in chosen:
+            hidden = features_of({"hidden": train["hidden"][i:i + 1], "mean": train["mean"][i:i + 1],
+                                  "zero_shot": train["zero_shot"][i:i + 1]}, layers, mean=mean, zero_shot=False)[0]
+            data.hidden.append(hidden)
+            data.zero_shot.append(torch.log(train["zero_shot"][i].clamp_min(1e-6)))
+            data.gold.append(int(train["gold"][i]))
+            data.zero_shot_answer.append(int(train["zero_shot"][i].argmax()))
+        began = time.perf_counter()
+        info, head, _ = fit_field(rubric, field, data, layers=layers, zero_shot_features=True, min_rows_per_label=2,
+                                  regularisation=(0.01, 0.1, 1.0), folds=5, seed=0)
+        fit_s = time.perf_counter() - began
+        if head is not None:
+            x_dev = features_of(dev, layers, mean=mean, zero_shot=False)
+            predicted = []
+            for i in range(len(dev["gold"])):
+                z = torch.log(dev["zero_shot"][i].clamp_min(1e-6))
+                p = head.probabilities(x_dev[i], z, range(len(info.labels)))
+                predicted.append(max(range(len(p)), key=p.__getitem__))
+            accuracy = float((torch.tensor(predicted) == dev["gold"]).float().mean())
+        else:
+            accuracy = zero_shot_dev
+        row = {"set": name, "k": k or "all", "rows": len(chosen), "readout": info.readout, "C": info.regularisation,
+               "cv": {c: v.accuracy for c, v in info.candidates.items()}, "dev": accuracy, "zero_shot_dev": zero_shot_dev,
+               "fit_s": round(fit_s, 1)}
+        print(f"| {name} | {k or 'all'} | {len(chosen)} | {info.readout} | "
+              + " | ".join(f"{info.candidates[c].accuracy:.3f}" if c in info.candidates else "-" for c in ("zero_shot", "fitted"))
+              + f" | {zero_shot_dev:.3f} | {accuracy:.3f} | {fit_s:.1f} |", flush=True)
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", default="banking77,clinc150,sst2")
+    parser.add_argument("--study", choices=("layers", "curve", "collect"), default="curve")
+    parser.add_argument("--layers", default="-1,-4")
+    parser.add_argument("--input-mean", action="store_true")
+    parser.add_argument("--ks", default="2,5,10,20,all")
+    parser.add_argument("--cache", type=Path, default=Path("/tmp/decisionflow-heads-study"))
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    from decisionflow.runtime.engine import Engine
+
+    args.cache.mkdir(parents=True, exist_ok=True)
+    engine = Engine.load()
+    results = {}
+    for name in args.sets.split(","):
+        train, dev = collect(engine, name, "train", args.cache), collect(engine, name, "dev", args.cache)
+        print(f"\n{name}: {len(train['gold'])} train rows (read in {train['read_s']:.0f} s), {len(dev['gold'])} dev rows",
+              flush=True)
+        if args.study == "layers":
+            print("| layers | input mean | zero-shot features | C | dev accuracy |\n| --- | --- | --- | --- | --- |")
+            results[name] = study_layers(train, dev)
+        elif args.study == "curve":
+            print("| set | k per label | rows | kept | CV zero-shot | CV fitted | dev zero-shot | dev as fitted | fit s |\n"
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+            ks = [None if k == "all" else int(k) for k in args.ks.split(",")]
+            layers = tuple(int(x) for x in args.layers.split(","))
+            results[name] = study_curve(name, train, dev, layers, args.input_mean, ks)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

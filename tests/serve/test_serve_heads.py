@@ -1,0 +1,363 @@
+"""Fitted heads in the server: a heads file beside a served rubric answers its fitted fields on the rubric's
+route, `/v1/rubrics` says which, heads that cannot be read or were fitted for something else stop the server
+at startup naming the file, and `--no-heads` serves zero-shot.
+
+The heads are fitted once for the module, on a rubric whose answers are opaque names (`red`, `green`, `blue`
+for billing, shipping and login messages): zero-shot is near chance there and a head is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from serve_client import ROOT, TICKETS, Client, running_server
+from decisionflow.cli import app as cli_app
+from decisionflow.errors import RubricError
+from decisionflow.serve import RubricRegistry, create_app
+from decisionflow.serve.batcher import MicroBatcher
+from decisionflow.serve.metrics import Metrics
+from decisionflow.serve.settings import Batching
+from decisionflow.spec import load_rubric
+
+runner = CliRunner()
+
+DESK = """\
+name: desk
+instructions: Route one short customer message.
+pin_first: false
+fields:
+  refund: {kind: boolean, question: Whether the customer asks for money back}
+  queue:
+    kind: choice
+    question: Which queue the message goes to
+    options: [red, green, blue]
+"""
+
+ROWS = {
+    "red": ["I was charged twice for my order", "My invoice shows the wrong amount",
+            "Why is there an extra fee on my card statement?", "Please refund the duplicate payment",
+            "The subscription price went up without notice", "I was billed after cancelling",
+            "My credit card was charged the wrong total", "Can I get a receipt for last month's payment?"],
+    "green": ["My parcel has not arrived yet", "The courier left the package at the wrong address",
+              "Tracking says delivered but nothing came", "How long does delivery to Canada take?",
+              "The box arrived crushed and late", "Can you ship it express instead?",
+              "My order is stuck in transit for two weeks", "The delivery driver never showed up"],
+    "blue": ["I cannot log into my account", "The password reset email never arrives",
+             "My account is locked after three tries", "Two-factor code is not accepted", "I forgot my username",
+             "The app keeps signing me out", "Login page shows an error 500", "How do I change my password?"],
+}
+TEXTS = ["I was charged two times for one order, refund me", "Where is my package? It is a week late",
+         "I keep getting locked out when I sign in"]
+
+
+def write_desk(folder: Path, text: str = DESK) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "desk.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def fitted_heads_file(engine, tmp_path_factory) -> Path:
+    """`desk.heads.safetensors` from a real fit (kept apart; tests copy it where they need it)."""
+    folder = tmp_path_factory.mktemp("fit")
+    rubric = load_rubric(write_desk(folder))
+    result = engine.fit(rubric, [(text, {"queue": label}) for label, texts in ROWS.items() for text in texts])
+    info = result.heads.metadata.fields["queue"]
+    assert info.readout == "fitted", f"the fit kept zero-shot for `queue` ({info.candidates}); the test needs a head"
+    return result.heads.save(folder / "desk.heads.safetensors")
+
+
+@pytest.fixture(scope="module")
+def served_folder(fitted_heads_file, tmp_path_factory) -> Path:
+    """`desk.yaml` with its heads beside it, and `sentiment.yaml` without."""
+    folder = tmp_path_factory.mktemp("served")
+    write_desk(folder)
+    shutil.copy(fitted_heads_file, folder / "desk.heads.safetensors")
+    shutil.copy(ROOT / "workflows" / "sentiment.yaml", folder / "sentiment.yaml")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def port(engine, served_folder):
+    with running_server(engine, served_folder) as bound:
+        yield bound
+
+
+@pytest.fixture
+def client(port):
+    connection = Client(port)
+    yield connection
+    connection.close()
+
+
+def stand_in_engine():
+    """What the command reads of an engine when nothing reaches the model (see test_serve_limits)."""
+    return SimpleNamespace(loaded=SimpleNamespace(name="stand-in"), options=SimpleNamespace(pin_first=None))
+
+
+def invoke_serve(monkeypatch, engine, *args: str):
+    """`decisionflow serve --port 0 ARGS` with `engine` as the loaded model; returns (result, engines loaded)."""
+    loaded = []
+
+    def load_engine(*_, **__):
+        loaded.append(1)
+        return engine
+
+    def serve(app, sock, *, on_started=None, **_):
+        on_started()
+        sock.close()
+
+    monkeypatch.setattr("decisionflow.cli.serve.load_engine", load_engine)
+    monkeypatch.setattr("decisionflow.serve.server.serve", serve)
+    return runner.invoke(cli_app, ["serve", "--port", "0", *args]), loaded
+
+
+# -- the rubric route applies the heads -------------------------------------------------------------------
+
+
+@pytest.mark.model
+def test_the_fitted_field_is_answered_by_its_head_and_the_others_zero_shot(client, engine, served_folder):
+    from decisionflow.runtime.heads import Heads
+
+    heads = Heads.load(served_folder / "desk.heads.safetensors")
+    rubric = load_rubric(served_folder / "desk.yaml")
+    reply = client.post("/v1/rubrics/desk/decide", {"text": TEXTS[0]})
+    assert reply.status == 200, reply.body
+    fields = reply.body["fields"]
+    assert fields["queue"]["method"] == "fitted"
+    assert fields["refund"]["method"] != "fitted"
+    # The engine's own answer under the same heads, to the fp32 packing tolerance.
+    expected = engine.decide(rubric, TEXTS[0], heads=heads)
+    assert fields["queue"]["value"] == expected.fields["queue"].value
+    assert fields["queue"]["probabilities"] == pytest.approx(expected.fields["queue"].probabilities, abs=1e-5)
+    zero_shot = engine.decide(rubric, TEXTS[0])
+    assert zero_shot.fields["queue"].method != "fitted"
+    assert fields["queue"]["probabilities"] != pytest.approx(zero_shot.fields["queue"].probabilities, abs=1e-3)
+
+
+@pytest.mark.model
+def test_every_input_of_a_texts_request_gets_the_head(client):
+    reply = client.post("/v1/rubrics/desk/decide", {"texts": TEXTS})
+    assert reply.status == 200, reply.body
+    results = reply.body["results"]
+    assert [r["fields"]["queue"]["method"] for r in results] == ["fitted"] * len(TEXTS)
+    # Each answer is the one the input gets alone.
+    for text, batched in zip(TEXTS, results):
+        alone = client.post("/v1/rubrics/desk/decide", {"text": text}).body
+        assert batched["fields"]["queue"]["probabilities"] == pytest.approx(alone["fields"]["queue"]["probabilities"], abs=1e-5)
+
+
+@pytest.mark.model
+def test_a_rubric_without_heads_and_systemone_stay_zero_shot(client):
+    reply = client.post("/v1/rubrics/sentiment/decide", {"text": "a gorgeous, witty film"})
+    assert reply.status == 200, reply.body
+    assert all(field["method"] != "fitted" for field in reply.body["fields"].values())
+    # The same question as the fitted field, asked over /v1/systemone: a rubric of the request's own.
+    questions = {"queue": {"type": "choice", "instructions": "Which queue the message goes to",
+                           "criteria": {"red": None, "green": None, "blue": None}}}
+    reply = client.post("/v1/systemone", {"state": TEXTS[0], "questions": questions})
+    assert reply.status == 200, reply.body
+    assert set(reply.body["answers"]["queue"]["probabilities"]) == {"red", "green", "blue"}
+
+
+@pytest.mark.model
+def test_the_listing_says_which_fields_are_fitted(client):
+    listed = {entry["name"]: entry for entry in client.get("/v1/rubrics").body["rubrics"]}
+    desk, sentiment = listed["desk"], listed["sentiment"]
+    assert desk["fitted"] == ["queue"]
+    assert set(desk["heads"]) == {"queue"}
+    assert desk["heads"]["queue"]["readout"] == "fitted"
+    assert desk["heads"]["queue"]["rows"] == sum(map(len, ROWS.values()))
+    assert set(desk["heads"]["queue"]["candidates"]) == {"zero_shot", "fitted"}
+    assert sentiment["fitted"] == [] and sentiment["heads"] is None
+    assert desk["calibrated"] is False and sentiment["calibrated"] is False
+
+
+# -- heads that do not fit are refused at startup --------------------------------------------------------
+
+
+def _tampered(fitted_heads_file: Path, target: Path, **changes) -> Path:
+    from decisionflow.runtime.heads import Heads
+
+    heads = Heads.load(fitted_heads_file)
+    return Heads(heads.metadata.model_copy(update=changes), heads.heads).save(target)
+
+
+MISFITS = {
+    # what sits beside which rubric -> what the refusal says
+    "another rubric": ("tickets", None, "the heads are for rubric 'desk', not 'tickets'"),
+    "another option set": ("desk", DESK.replace("[red, green, blue]", "[red, green, blue, yellow]"),
+                           "the head of field 'queue' was fitted for other answers (the rubric adds yellow); fit again"),
+    "another version of the rubric": ("desk", DESK.replace("Which queue the message goes to", "Which queue handles it"),
+                                      "the heads were fitted for another version of rubric 'desk'"),
+    "another model": ("desk", None, "the heads were fitted on another model (SomeOtherModel); fit again with this model"),
+}
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("case", list(MISFITS))
+def test_heads_fitted_for_something_else_stop_the_server_naming_the_file(case, engine, fitted_heads_file, tmp_path, monkeypatch):
+    stem, yaml_text, said = MISFITS[case]
+    folder = tmp_path / "rubrics"
+    if stem == "tickets":
+        folder.mkdir()
+        (folder / "tickets.yaml").write_text(TICKETS, encoding="utf-8")
+    else:
+        write_desk(folder, yaml_text or DESK)
+    heads_path = folder / f"{stem}.heads.safetensors"
+    if case == "another model":
+        _tampered(fitted_heads_file, heads_path, model="0" * 64, model_name="SomeOtherModel")
+    else:
+        shutil.copy(fitted_heads_file, heads_path)
+
+    registry = RubricRegistry.from_folder(folder)  # the file reads; whether it fits needs the model
+    with pytest.raises(RubricError) as refused:
+        create_app(engine, registry)
+    (problem,) = refused.value.problems
+    assert problem.source == str(heads_path)
+    assert said in problem.message, problem.message
+
+    result, loaded = invoke_serve(monkeypatch, engine, "--rubrics", str(folder))
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{heads_path}: ") and said in lines[0], result.output
+    assert "serving http://" not in result.output
+
+
+@pytest.mark.parametrize("content, said", [
+    (b"\x00\x01 not a safetensors file at all", "cannot read the heads file"),
+    (None, "not a heads file (no decisionflow_heads metadata)"),
+])
+def test_a_heads_file_that_cannot_be_read_is_refused_before_the_model_loads(content, said, tmp_path, monkeypatch):
+    folder = tmp_path / "rubrics"
+    write_desk(folder)
+    shutil.copy(ROOT / "workflows" / "sentiment.yaml", folder / "sentiment.yaml")
+    heads_path = folder / "desk.heads.safetensors"
+    if content is None:
+        import torch
+        from safetensors.torch import save_file
+
+        save_file({"queue.weight": torch.zeros(3, 4)}, str(heads_path))  # safetensors, but not from `fit`
+    else:
+        heads_path.write_bytes(content)
+
+    with pytest.raises(RubricError) as refused:
+        RubricRegistry.from_folder(folder)
+    (problem,) = refused.value.problems
+    assert problem.source == str(heads_path) and said in problem.message, problem
+
+    result, loaded = invoke_serve(monkeypatch, stand_in_engine(), "--rubrics", str(folder))
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{heads_path}: ") and said in lines[0], result.output
+    assert loaded == []  # refused before the model loads
+
+    # --no-heads does not read the file: the folder is served zero-shot.
+    result, loaded = invoke_serve(monkeypatch, stand_in_engine(), "--rubrics", str(folder), "--no-heads")
+    assert result.exit_code == 0, result.output
+    assert "heads:" not in result.output and "2 rubrics: desk, sentiment" in result.output
+
+
+def test_an_unreadable_heads_file_is_listed_with_the_other_problems_of_the_folder(tmp_path):
+    write_desk(tmp_path, DESK.replace("kind: choice", "kind: choise"))  # a broken rubric...
+    (tmp_path / "desk.heads.safetensors").write_bytes(b"garbage")  # ...and a broken heads file beside it
+    (tmp_path / "tickets.yaml").write_text(TICKETS, encoding="utf-8")
+    (tmp_path / "tickets.heads.safetensors").write_bytes(b"")
+    with pytest.raises(RubricError) as refused:
+        RubricRegistry.from_folder(tmp_path)
+    sources = [problem.source for problem in refused.value.problems]
+    assert str(tmp_path / "desk.yaml") in sources
+    assert sources.count(str(tmp_path / "desk.heads.safetensors")) == 1
+    assert sources.count(str(tmp_path / "tickets.heads.safetensors")) == 1
+
+
+# -- --no-heads, and the line saying which heads are applied --------------------------------------------
+
+
+@pytest.mark.model
+def test_serve_says_which_heads_it_applies_and_no_heads_leaves_them_out(engine, served_folder, monkeypatch):
+    heads_path = served_folder / "desk.heads.safetensors"
+    result, _ = invoke_serve(monkeypatch, engine, "--rubrics", str(served_folder))
+    assert result.exit_code == 0, result.output
+    assert f"heads: {heads_path} (desk; fitted: queue)" in result.output.splitlines()
+
+    result, _ = invoke_serve(monkeypatch, engine, "--rubrics", str(served_folder), "--no-heads")
+    assert result.exit_code == 0, result.output
+    assert "heads:" not in result.output
+
+
+@pytest.mark.model
+def test_without_heads_the_route_answers_zero_shot(engine, served_folder):
+    registry = RubricRegistry.from_folder(served_folder, heads=False)
+    assert registry.get("desk").heads is None
+    listed = {entry["name"]: entry for entry in registry.describe()}
+    assert listed["desk"]["fitted"] == [] and listed["desk"]["heads"] is None
+    with serving(engine, registry) as zero_shot_port:
+        client = Client(zero_shot_port)
+        reply = client.post("/v1/rubrics/desk/decide", {"text": TEXTS[1]})
+        client.close()
+    assert reply.status == 200, reply.body
+    assert all(field["method"] != "fitted" for field in reply.body["fields"].values())
+    expected = engine.decide(load_rubric(served_folder / "desk.yaml"), TEXTS[1])
+    assert reply.body["fields"]["queue"]["probabilities"] == pytest.approx(expected.fields["queue"].probabilities, abs=1e-5)
+
+
+@contextmanager
+def serving(engine, registry) -> Iterator[int]:
+    """`serve_client.running_server` for a registry built here (that one builds its own from a folder)."""
+    from decisionflow.serve.server import bind, server_for
+
+    app = create_app(engine, registry)
+    sock = bind("127.0.0.1", 0)
+    started = threading.Event()
+    server = server_for(app, log_level="warning", on_started=started.set)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    assert started.wait(60), "the server did not start"
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        sock.close()
+
+
+# -- the batcher hands the heads to the engine ------------------------------------------------------------
+
+
+class RecordingEngine:
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def decide_each(self, target, payloads, **options):
+        self.calls.append({"payloads": list(payloads), **options})
+        return [(target, p) for p in payloads]
+
+
+def test_the_batcher_passes_a_groups_heads_and_none_where_there_are_none():
+    async def scenario():
+        engine = RecordingEngine()
+        batcher = MicroBatcher(engine, Batching(max_wait_ms=20), max_queue=10, metrics=Metrics())
+        await batcher.start()
+        heads = object()
+        await asyncio.gather(
+            batcher.decide("fitted", "desk", "a", cost=1, heads=heads),
+            batcher.decide("fitted", "desk", "b", cost=1, heads=heads),
+        )
+        await batcher.decide("plain", "sentiment", "c", cost=1)
+        await batcher.stop()
+        return engine.calls, heads
+
+    calls, heads = asyncio.run(scenario())
+    assert calls == [{"payloads": ["a", "b"], "calibration": None, "heads": heads},
+                     {"payloads": ["c"], "calibration": None}]
