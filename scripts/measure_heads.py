@@ -138,7 +138,10 @@ def study_layers(train: dict, dev: dict) -> list[dict]:
 
 
 def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean: bool, ks) -> list[dict]:
-    from decisionflow.runtime.head_fit import FieldData, fit_field
+    from sklearn.metrics import f1_score
+
+    from decisionflow.quality.metrics import mcnemar_exact
+    from decisionflow.runtime.head_fit import MAX_FOLDS, REGULARISATION_GRID, FieldData, fit_field
     from decisionflow.spec import load_rubric
 
     rubric_path, field, _ = SETS[name]
@@ -158,7 +161,7 @@ def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean
             data.zero_shot_answer.append(int(train["zero_shot"][i].argmax()))
         began = time.perf_counter()
         info, head, _ = fit_field(rubric, field, data, layers=layers, zero_shot_features=True, min_rows_per_label=2,
-                                  regularisation=(0.01, 0.1, 1.0), folds=5, seed=0)
+                                  regularisation=REGULARISATION_GRID, folds=MAX_FOLDS, seed=0)
         fit_s = time.perf_counter() - began
         if head is not None:
             x_dev = features_of(dev, layers, mean=mean, zero_shot=False)
@@ -167,15 +170,21 @@ def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean
                 z = torch.log(dev["zero_shot"][i].clamp_min(1e-6))
                 p = head.probabilities(x_dev[i], z, range(len(info.labels)))
                 predicted.append(max(range(len(p)), key=p.__getitem__))
-            accuracy = float((torch.tensor(predicted) == dev["gold"]).float().mean())
+            predicted = torch.tensor(predicted)
         else:
-            accuracy = zero_shot_dev
+            predicted = dev["zero_shot"].argmax(dim=1)
+        accuracy = float((predicted == dev["gold"]).float().mean())
+        macro_f1 = float(f1_score(dev["gold"].numpy(), predicted.numpy(), average="macro"))
+        zero_shot_f1 = float(f1_score(dev["gold"].numpy(), dev["zero_shot"].argmax(dim=1).numpy(), average="macro"))
+        right, zero_right = predicted == dev["gold"], dev["zero_shot"].argmax(dim=1) == dev["gold"]
+        p = mcnemar_exact(int((right & ~zero_right).sum()), int((zero_right & ~right).sum()))
         row = {"set": name, "k": k or "all", "rows": len(chosen), "readout": info.readout, "C": info.regularisation,
                "cv": {c: v.accuracy for c, v in info.candidates.items()}, "dev": accuracy, "zero_shot_dev": zero_shot_dev,
-               "fit_s": round(fit_s, 1)}
+               "dev_macro_f1": macro_f1, "zero_shot_dev_macro_f1": zero_shot_f1, "mcnemar_p": p, "fit_s": round(fit_s, 1)}
         print(f"| {name} | {k or 'all'} | {len(chosen)} | {info.readout} | "
               + " | ".join(f"{info.candidates[c].accuracy:.3f}" if c in info.candidates else "-" for c in ("zero_shot", "fitted"))
-              + f" | {zero_shot_dev:.3f} | {accuracy:.3f} | {fit_s:.1f} |", flush=True)
+              + f" | {zero_shot_dev:.3f} | {accuracy:.3f} | {p:.2g} | {zero_shot_f1:.3f} | {macro_f1:.3f} | {fit_s:.1f} |",
+              flush=True)
         out.append(row)
     return out
 
@@ -203,8 +212,9 @@ def main() -> None:
             print("| layers | input mean | zero-shot features | C | dev accuracy |\n| --- | --- | --- | --- | --- |")
             results[name] = study_layers(train, dev)
         elif args.study == "curve":
-            print("| set | k per label | rows | kept | CV zero-shot | CV fitted | dev zero-shot | dev as fitted | fit s |\n"
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+            print("| set | k per label | rows | kept | CV zero-shot | CV fitted | dev zero-shot | dev as fitted | McNemar p "
+                  "| dev macro-F1 zero-shot | dev macro-F1 as fitted | fit s |\n"
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
             ks = [None if k == "all" else int(k) for k in args.ks.split(",")]
             layers = tuple(int(x) for x in args.layers.split(","))
             results[name] = study_curve(name, train, dev, layers, args.input_mean, ks)

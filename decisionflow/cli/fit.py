@@ -24,6 +24,7 @@ from .common import (
     ModelOption,
     RubricRef,
     ThreadsOption,
+    count,
     guarded,
     load_engine,
     load_target,
@@ -62,6 +63,11 @@ def fit_command(
         typer.Option("--output", help="Where to save the heads (default: NAME.heads.safetensors beside a YAML rubric file; "
                      "required for a shipped workflow's name or module:Class).", show_default=False),
     ] = None,
+    significance: Annotated[
+        float, typer.Option("--significance", min=0.0, max=1.0, metavar="P",
+                            help="Keep a head only where it is right on more rows than zero-shot across folds and "
+                                 "McNemar's exact p of the difference is below P (1: any win).")
+    ] = 0.05,
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit report as JSON instead of a table.")] = False,
     model: ModelOption = None,
     device: DeviceOption = "auto",
@@ -85,10 +91,12 @@ def fit_command(
     rubric = _rubric(target)
     examples, skipped = guarded(ctx, err, lambda: _examples(rubric, data, label or [], text_column, rows, skip_unknown_labels))
     if skipped:
-        say(err, f"left out {skipped} labels that are not an answer of their field (--skip-unknown-labels)")
+        say(err, f"left out {count(skipped, 'label')} that {'is' if skipped == 1 else 'are'} not an answer of "
+                 "its field (--skip-unknown-labels)")
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, threads=threads, device=device, dtype=dtype, loader=loader))
     with _bar(err) as progress:
-        result = guarded(ctx, err, lambda: engine.fit(target, examples, layers=chosen_layers, progress=progress))
+        result = guarded(ctx, err, lambda: engine.fit(target, [(e.text, e.labels) for e in examples], layers=chosen_layers,
+                                                      progress=progress, significance=significance))
     for line in result.warnings:
         say(err, line)
     result.skipped = skipped
@@ -101,7 +109,9 @@ def fit_command(
     fitted = result.heads.fitted_fields
     say(out, f"{len(fitted)} of {len(result.fields)} labelled fields answer with a fitted head"
              + (f" ({', '.join(fitted)})" if fitted else "")
-             + f"; read {result.rows} rows in {result.timings_s['read']:.1f} s, fitted in {result.timings_s['fit']:.1f} s")
+             + f"; read {count(result.rows, 'row')} in {result.timings_s['read']:.1f} s"
+             + (f" ({count(len(result.failed), 'row')} could not be read)" if result.failed else "")
+             + f", fitted in {result.timings_s['fit']:.1f} s")
     say(out, f"saved {output}")
 
 

@@ -257,7 +257,7 @@ class Engine:
         rubric = rubric_of(target)
         prepared = self._prepare(rubric)
         heads.check(rubric, model=self.model_fingerprint, prompt=prompt_fingerprint(prepared.compiled.head_tokens),
-                    hidden_size=int(self.backend.config.hidden_size))
+                    hidden_size=int(self.backend.config.hidden_size), model_name=getattr(self.loaded, "name", "") or "")
 
     @property
     def model_fingerprint(self) -> str:
@@ -291,7 +291,7 @@ class Engine:
                 heads.checked_for.add(checked)
         model_cls = typed_model(target)
         prepared = self._prepare(rubric)
-        priors = self._priors(prepared, rubric, debias, calibration)
+        priors = self._priors(prepared, rubric, debias, calibration, heads)
         outcomes: list[Decision | DecisionflowError | None] = [None] * len(payloads)
         tokens = self._admit(prepared.compiled, payloads, outcomes, fail_fast=fail_fast)
         admitted = [i for i, t in enumerate(tokens) if t is not None]
@@ -394,13 +394,16 @@ class Engine:
         return Decision(rubric=rubric.name, value=value, fields=ordered, stats=stats)
 
     def _priors(
-        self, prepared: _Prepared, rubric: Rubric, call: Debias | str | None, calibration: Calibration | None
+        self, prepared: _Prepared, rubric: Rubric, call: Debias | str | None, calibration: Calibration | None,
+        heads: Heads | None = None,
     ) -> Priors | None:
-        """The prior each field is divided by. Per field the method is the call's, else the one the
+        """The prior each field is divided by. Per field the method is the one its fitted head was fitted
+        under (its features include the corrected readout), else the call's, else the one the
         calibration was fitted under, else the field's, else the rubric's, else the engine's: content-free
         priors are estimated once per rubric; domain priors come from the calibration file (refused when
         it has none for that field)."""
         fitted = calibration.corrections() if calibration is not None else {}
+        head_corrections = {name: Debias(method) for name, method in heads.corrections().items()} if heads else {}
         if call is not None and not isinstance(call, Debias):
             try:
                 call = Debias(call)
@@ -409,7 +412,8 @@ class Engine:
                     f"unknown readout correction {call!r} (debias: {', '.join(d.value for d in Debias)})"
                 ) from None
         methods = {
-            name: Debias(call or fitted.get(name) or spec.debias or rubric.debias or self.options.debias)
+            name: Debias(head_corrections.get(name) or call or fitted.get(name) or spec.debias or rubric.debias
+                         or self.options.debias)
             for name, spec in rubric.fields.items()
         }
         if all(method is Debias.NONE for method in methods.values()):

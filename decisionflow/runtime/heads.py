@@ -70,6 +70,9 @@ class FieldHeadInfo(BaseModel):
     zero_shot_features: bool = True
     rows: int = 0
     rows_per_label: dict[str, int] = {}
+    debias: str | None = None
+    """The readout correction the zero-shot features were read under; the engine reads the field under
+    it whenever the head applies."""
     regularisation: float | None = None
     """The inverse regularisation strength C chosen by cross-validation."""
     folds: int | None = None
@@ -155,6 +158,10 @@ class Heads:
             found += [layer for layer in self.metadata.fields[name].layers if layer not in found]
         return tuple(found)
 
+    def corrections(self) -> dict[str, str]:
+        """Per fitted field, the readout correction its head was fitted under."""
+        return {name: self.metadata.fields[name].debias for name in self.fitted_fields if self.metadata.fields[name].debias}
+
     def for_field(self, name: str) -> tuple[FieldHead, FieldHeadInfo] | None:
         head = self.heads.get(name)
         info = self.metadata.fields.get(name)
@@ -182,7 +189,7 @@ class Heads:
         finally:
             if os.path.exists(temporary):
                 os.unlink(temporary)
-        path.with_suffix(".json").write_text(self.metadata.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        readable_copy(path).write_text(self.metadata.model_dump_json(indent=2) + "\n", encoding="utf-8")
         self.path = path
         return path
 
@@ -191,6 +198,8 @@ class Heads:
         from safetensors import SafetensorError, safe_open
 
         path = Path(path)
+        if path.is_dir():
+            raise HeadsError(f"{path} is a folder, not a heads file (decisionflow fit writes NAME.heads.safetensors)")
         if not path.is_file():
             raise HeadsError(f"heads file not found: {path}")
         try:
@@ -228,7 +237,7 @@ class Heads:
 
     # -- checks -------------------------------------------------------------------------------
 
-    def check(self, rubric: Rubric, *, model: str, prompt: str, hidden_size: int | None = None) -> None:
+    def check(self, rubric: Rubric, *, model: str, prompt: str, hidden_size: int | None = None, model_name: str = "") -> None:
         """Refuse heads fitted for another model, rubric, prompt or option set, naming the mismatch."""
         where = f"{self.path}: " if self.path is not None else ""
         meta = self.metadata
@@ -248,8 +257,10 @@ class Heads:
                 ) if part) or "the rubric lists them in another order"
                 raise HeadsError(f"{where}the head of field {name!r} was fitted for other answers ({change}); fit again")
         if meta.model != model:
-            raise HeadsError(f"{where}the heads were fitted on another model ({meta.model_name or meta.model[:12]}); "
-                             "fit again with this model")
+            fitted_on = f"{meta.model_name} ({meta.model[:12]})" if meta.model_name else meta.model[:12]
+            this = f"{model_name} ({model[:12]})" if model_name else model[:12]
+            raise HeadsError(f"{where}the heads were fitted on another model, {fitted_on}, not on the model loaded, "
+                             f"{this}; fit again with this model")
         if meta.rubric_fingerprint != rubric_fingerprint(rubric):
             raise HeadsError(f"{where}the heads were fitted for another version of rubric {rubric.name!r} "
                              "(its questions, wording or settings changed); fit again")
@@ -263,6 +274,14 @@ class Heads:
                 if head.feature_size != expected:
                     raise HeadsError(f"{where}the head of field {name!r} reads {head.feature_size} features; this model "
                                      f"gives {expected}; fit again")
+
+
+def readable_copy(path: Path) -> Path:
+    """Where the readable metadata goes beside a heads file: `x.heads.safetensors` -> `x.heads.json`
+    (any other name gets `.json` appended, so the copy never overwrites the file)."""
+    if path.name.endswith(".safetensors"):
+        return path.with_name(path.name.removesuffix(".safetensors") + ".json")
+    return path.with_name(path.name + ".json")
 
 
 def read_metadata(path: str | Path) -> HeadsMetadata:

@@ -16,10 +16,13 @@ JSON, pandas, `str(bool)`), `yes`/`no` and `1`/`0`."""
 
 def gold_label(spec: FieldSpec, written: str) -> str:
     """A gold cell as the label `spec` would answer: a boolean's `BOOLEAN_GOLD` spellings in any case
-    and a score's whole number written as a float (`7.0`) become `true`/`false` and `7`; anything
+    (and 1.0/0.0) and a score's whole number written as a float (`7.0`) become `true`/`false` and `7`; anything
     else is kept as written (and is out of scope unless it is one of the field's labels)."""
     if spec.kind is FieldKind.BOOLEAN:
-        return BOOLEAN_GOLD.get(written.lower(), written)
+        spelt = written.lower()
+        # A boolean column with gaps is a float column in pandas and Parquet: 1.0 and 0.0.
+        spelt = {"1.0": "1", "0.0": "0"}.get(spelt, spelt)
+        return BOOLEAN_GOLD.get(spelt, written)
     if spec.kind is FieldKind.SCORE and written not in spec.labels:
         try:
             number = float(written)

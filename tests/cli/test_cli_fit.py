@@ -1,0 +1,277 @@
+"""`decisionflow fit`, and `run` / `eval` applying the heads it saves (real bundled model).
+
+The heads `run` and `eval` apply here are fitted through the Python API (`engine.fit`) and saved
+beside a YAML rubric copied into a temporary folder, exactly where `fit` saves them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from suite_support import FIXTURES
+from typer.testing import CliRunner
+
+from decisionflow.cli import app
+from decisionflow.runtime.heads import Heads
+from decisionflow.spec.yaml_rubric import load_rubric
+
+pytestmark = pytest.mark.model
+
+ROOT = Path(__file__).resolve().parents[2]
+SENTIMENT = str(ROOT / "workflows" / "sentiment.yaml")
+CODE = {"negative": "k1", "positive": "k2"}
+REVIEW_YAML = """\
+name: review
+instructions: Classify one sentence from a movie review.
+answer_format: labels
+pin_first: false
+fields:
+  sentiment:
+    kind: choice
+    question: Whether the sentence is negative or positive about the film
+    options: [negative, positive]
+  code:
+    kind: choice
+    question: Which code the sentence gets
+    options: [k1, k2]
+"""
+TEXT = "a gorgeous , witty , seductive movie ."
+
+
+def invoke(*args: str | Path):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def error_lines(result) -> list[str]:
+    """stderr's `error:` lines (a command that loaded the model may also show a progress bar there)."""
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+def only_lines(result) -> list[str]:
+    """All of stderr, for refusals that come before the model loads: nothing but the error."""
+    return result.stderr.strip().splitlines()
+
+
+def sst_rows() -> list[dict[str, str]]:
+    with (FIXTURES / "sst2_sample.csv").open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def write_rows(path: Path, rows: list[dict[str, str]]) -> Path:
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def labelled() -> list[dict[str, str]]:
+    """The SST-2 sample with the sentiment in `label` and an opaque code (k1/k2) in `code`."""
+    return [{"text": r["text"], "label": r["label"], "code": CODE[r["label"]]} for r in sst_rows()]
+
+
+def project(folder: Path) -> tuple[Path, Path]:
+    rubric = folder / "review.yaml"
+    rubric.write_text(REVIEW_YAML, encoding="utf-8")
+    return rubric, write_rows(folder / "rows.csv", labelled())
+
+
+@pytest.fixture(scope="module")
+def fitted_project(engine, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """review.yaml, its rows, and heads fitted through the API and saved beside the rubric."""
+    rubric, rows = project(tmp_path_factory.mktemp("fitted"))
+    result = engine.fit(load_rubric(rubric), [(r["text"], {"sentiment": r["label"], "code": r["code"]}) for r in labelled()])
+    assert result.fields["code"].readout == "fitted"
+    return rubric, rows, result.heads.save(Heads.path_for(rubric))
+
+
+# -- fit: what it writes and prints -----------------------------------------------------------
+
+
+def test_fit_saves_heads_beside_the_rubric_and_prints_the_table(tmp_path: Path):
+    rubric, rows = project(tmp_path)
+    result = invoke("fit", rubric, "--data", rows, "--label", "sentiment=label")
+    assert result.exit_code == 0, result.output
+    saved = tmp_path / "review.heads.safetensors"
+    assert saved.is_file() and (tmp_path / "review.heads.json").is_file()
+    heads = Heads.load(saved)
+    assert heads.metadata.rubric == "review" and set(heads.metadata.fields) == {"sentiment", "code"}
+    assert "code" in heads.fitted_fields and heads.metadata.fields["code"].rows == 40
+    out = result.stdout
+    assert "cross-validated accuracy on the fitting rows" in out
+    for word in ("sentiment", "code", "zero_shot", "fitted", "yes"):
+        assert word in out
+    assert "labelled fields answer with a fitted head" in out and "read 40 rows" in out
+    assert f"saved {saved}" in out
+    assert not error_lines(result)
+
+
+def test_fit_json_reports_every_readout_it_compared(tmp_path: Path):
+    rubric, rows = project(tmp_path)
+    output = tmp_path / "elsewhere.heads.safetensors"
+    result = invoke("fit", rubric, "--data", rows, "--label", "sentiment=label", "--rows", "0:24",
+                    "--output", output, "--json", "--significance", "1")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["rubric"] == "review" and report["rows"] == 24 and report["saved"] == str(output)
+    assert output.is_file() and not (tmp_path / "review.heads.safetensors").exists()
+    assert set(report["fields"]) == {"sentiment", "code"}
+    code = report["fields"]["code"]
+    assert code["readout"] == "fitted" and code["rows"] == 24 and code["rows_per_label"] == {"k1": 12, "k2": 12}
+    assert set(code["candidates"]) == {"zero_shot", "fitted"}
+    for figure in code["candidates"].values():
+        assert figure["low"] <= figure["accuracy"] <= figure["high"] and figure["rows"] == 24
+    assert code["candidates"]["fitted"]["accuracy"] > code["candidates"]["zero_shot"]["accuracy"]
+    assert code["candidates"]["zero_shot"]["p_vs_zero_shot"] is None
+
+
+def test_fit_can_skip_labels_that_are_not_answers(tmp_path: Path):
+    rubric, _ = project(tmp_path)
+    rows = labelled()[:12]
+    rows[3]["label"] = "neutral"
+    data = write_rows(tmp_path / "rows.csv", rows)
+    result = invoke("fit", rubric, "--data", data, "--label", "sentiment=label", "--skip-unknown-labels", "--json")
+    assert result.exit_code == 0, result.output
+    assert "left out 1 label" in result.stderr
+    report = json.loads(result.stdout)
+    assert report["skipped_labels"] == 1 and report["fields"]["sentiment"]["rows"] == 11
+    assert report["fields"]["code"]["rows"] == 12
+
+
+# -- fit: refusals, all before the model is read ----------------------------------------------
+
+
+def test_fit_refuses_bad_label_mappings_with_one_line(tmp_path: Path):
+    rubric, rows = project(tmp_path)
+    cases = {
+        ("--label", "sentiment=nope"): "error: --label sentiment=nope: no column 'nope' (columns: text, label, code)",
+        ("--label", "mood=label"): "error: --label mood=label: rubric 'review' has no field 'mood' (fields: sentiment, code)",
+        ("--label", "sentiment"): "error: --label expects FIELD=COLUMN, got 'sentiment'",
+        ("--text-column", "body"): f"error: {rows}: no column 'body' for the input text (columns: text, label, code); name it with --text-column",
+        ("--layers", "-1,x"): "error: --layers expects whole numbers separated by commas, e.g. -1,-4; got '-1,x'",
+    }
+    for extra, expected in cases.items():
+        result = invoke("fit", rubric, "--data", rows, *extra)
+        assert result.exit_code == 1, (extra, result.output)
+        assert only_lines(result) == [expected], (extra, result.stderr)
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "review.heads.safetensors").exists()
+
+
+def test_fit_names_the_data_row_of_a_label_that_is_not_an_answer(tmp_path: Path):
+    rubric, _ = project(tmp_path)
+    rows = labelled()[:6]
+    rows[2]["label"] = "postive"
+    data = write_rows(tmp_path / "rows.csv", rows)
+    expected = (f"error: {data}: data row 2: 'postive' is not an answer of field 'sentiment'; did you mean "
+                "'positive'? (it offers negative, positive)")
+    result = invoke("fit", rubric, "--data", data, "--label", "sentiment=label")
+    assert result.exit_code == 1 and only_lines(result) == [expected], result.output
+    # With --rows the row is still counted in the file, not in the selection.
+    sliced = invoke("fit", rubric, "--data", data, "--label", "sentiment=label", "--rows", "1:4")
+    assert sliced.exit_code == 1 and only_lines(sliced) == [expected], sliced.output
+    # A column named after a field is read without --label; its bad cell is named the same way.
+    rows[2]["label"], rows[4]["code"] = "positive", "k3"
+    write_rows(data, rows)
+    code = invoke("fit", rubric, "--data", data)
+    assert code.exit_code == 1
+    assert only_lines(code) == [f"error: {data}: data row 4: 'k3' is not an answer of field 'code' (it offers k1, k2)"]
+    assert not (tmp_path / "review.heads.safetensors").exists()
+
+
+def test_fit_refuses_empty_texts_and_unlabelled_files(tmp_path: Path):
+    rubric, _ = project(tmp_path)
+    rows = labelled()[:4]
+    rows[1]["text"] = "  "
+    data = write_rows(tmp_path / "rows.csv", rows)
+    empty = invoke("fit", rubric, "--data", data)
+    assert empty.exit_code == 1
+    assert only_lines(empty) == [f"error: {data}: data row 1: the 'text' cell is empty"]
+    unlabelled = write_rows(tmp_path / "plain.csv", [{"text": r["text"], "note": "x"} for r in labelled()[:3]])
+    none = invoke("fit", rubric, "--data", unlabelled)
+    assert none.exit_code == 1 and len(only_lines(none)) == 1
+    assert "no label column for any field of rubric 'review'" in none.stderr
+    missing = invoke("fit", rubric, "--data", tmp_path / "none.csv")
+    assert missing.exit_code == 1 and only_lines(missing) == [f"error: data file not found: {tmp_path / 'none.csv'}"]
+
+
+def test_fit_needs_an_output_for_a_rubric_that_is_not_a_yaml_file(tmp_path: Path):
+    _, rows = project(tmp_path)
+    result = invoke("fit", "sentiment", "--data", rows)
+    assert result.exit_code == 2
+    assert only_lines(result) == ["error: sentiment is not a YAML file, so there is no folder to save the heads "
+                                   "beside; give --output PATH"]
+    folder = invoke("fit", "sentiment", "--data", rows, "--output", tmp_path)
+    assert folder.exit_code == 2 and only_lines(folder) == [f"error: --output {tmp_path} is a folder; give a file name"]
+
+
+# -- run and eval apply the heads found beside the rubric --------------------------------------
+
+
+def test_run_applies_the_heads_beside_the_rubric_and_says_so(fitted_project):
+    rubric, _, saved = fitted_project
+    fitted = Heads.load(saved).fitted_fields
+    headed = invoke("run", rubric, "--text", TEXT, "--json")
+    assert headed.exit_code == 0, headed.output
+    assert f"heads: {saved} (fitted: {', '.join(fitted)})" in headed.stderr
+    data = json.loads(headed.stdout)
+    assert data["fields"]["code"]["method"] == "fitted"
+    for name, field in data["fields"].items():
+        assert (field["method"] == "fitted") == (name in fitted)
+        assert sum(field["probabilities"].values()) == pytest.approx(1.0)
+
+    plain = invoke("run", rubric, "--text", TEXT, "--json", "--no-heads")
+    assert plain.exit_code == 0, plain.output
+    assert "heads:" not in plain.stderr
+    zero_shot = json.loads(plain.stdout)
+    assert all(field["method"] != "fitted" for field in zero_shot["fields"].values())
+    assert zero_shot["stats"]["forward_passes"] == data["stats"]["forward_passes"]
+    assert zero_shot["fields"]["code"]["probabilities"] != pytest.approx(data["fields"]["code"]["probabilities"], abs=1e-3)
+
+    explicit = invoke("run", rubric, "--text", TEXT, "--json", "--heads", saved)
+    assert explicit.exit_code == 0 and json.loads(explicit.stdout)["fields"]["code"]["method"] == "fitted"
+    both = invoke("run", rubric, "--text", TEXT, "--heads", saved, "--no-heads")
+    assert both.exit_code == 1 and error_lines(both) == ["error: give --heads or --no-heads, not both"]
+
+
+def test_run_refuses_heads_fitted_for_another_rubric(fitted_project, tmp_path: Path):
+    _, _, saved = fitted_project
+    result = invoke("run", SENTIMENT, "--text", TEXT, "--heads", saved)
+    assert result.exit_code == 1, result.output
+    assert error_lines(result) == [f"error: {saved}: the heads are for rubric 'review', not 'sentiment'"]
+    # Heads found beside a rubric that has since changed are refused too, naming the file.
+    changed = tmp_path / "review.yaml"
+    changed.write_text(REVIEW_YAML.replace("options: [k1, k2]", "options: [k1, k2, k3]"), encoding="utf-8")
+    Heads.load(saved).save(Heads.path_for(changed))
+    stale = invoke("run", changed, "--text", TEXT)
+    assert stale.exit_code == 1
+    [line] = error_lines(stale)
+    assert line.startswith(f"error: {Heads.path_for(changed)}: the head of field 'code' was fitted for other answers")
+    assert "the rubric adds k3" in line
+    missing = invoke("run", SENTIMENT, "--text", TEXT, "--heads", tmp_path / "none.heads.safetensors")
+    assert missing.exit_code == 1
+    assert error_lines(missing) == [f"error: heads file not found: {tmp_path / 'none.heads.safetensors'}"]
+
+
+def test_eval_with_heads_reports_zero_shot_beside_the_fitted_readout(fitted_project):
+    rubric, rows, saved = fitted_project
+    result = invoke("eval", rubric, "--data", rows, "--field", "code", "--rows", "0:12")
+    assert result.exit_code == 0, result.output
+    assert f"heads: {saved}" in result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["readout"] == "fitted" and summary["n"] == 12
+    zero_shot = summary["zero_shot"]
+    assert zero_shot["n"] == 12
+    paired = zero_shot["fitted_vs_zero_shot"]
+    assert paired["rows"] == 12 and 0.0 <= paired["mcnemar_p"] <= 1.0
+    # On rows it was fitted on, the head is right where zero-shot (near chance on k1/k2) is not.
+    assert summary["accuracy"] > zero_shot["accuracy"]
+    assert paired["only_fitted_right"] > paired["only_zero_shot_right"]
+    plain = invoke("eval", rubric, "--data", rows, "--field", "code", "--rows", "0:12", "--no-heads")
+    assert plain.exit_code == 0, plain.output
+    unheaded = json.loads(plain.stdout)
+    assert unheaded["readout"] == "zero_shot" and "zero_shot" not in unheaded
+    assert unheaded["accuracy"] == pytest.approx(zero_shot["accuracy"])
