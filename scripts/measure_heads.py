@@ -189,10 +189,40 @@ def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean
     return out
 
 
+def study_overhead(engine, name: str, repeats: int = 5, requests: int = 40) -> dict:
+    """Per-request latency with and without fitted heads, interleaved in one run (same texts, same engine)."""
+    import statistics
+
+    from decisionflow.spec import load_rubric
+
+    rubric_path, field, column = SETS[name]
+    rubric = load_rubric(ROOT / rubric_path)
+    labels = rubric.fields[field].labels
+    train = [r for r in read_csv(DATA / name / "train.csv") if r[column] in labels]
+    rows = [train[i] for i in subsample(torch.tensor([labels.index(r[column]) for r in train]), 5)]
+    fit = engine.fit(rubric, [(r["text"], {field: r[column]}) for r in rows], significance=1.0)
+    heads = fit.heads
+    texts = [r["text"] for r in read_csv(DATA / name / "dev.csv")[:requests]]
+    engine.decide(rubric, texts[0]), engine.decide(rubric, texts[0], heads=heads)  # warm both paths
+    timings: dict[str, list[float]] = {"zero_shot": [], "fitted": []}
+    for _ in range(repeats):
+        for text in texts:
+            for label, chosen in (("zero_shot", None), ("fitted", heads)):
+                began = time.perf_counter()
+                decision = engine.decide(rubric, text, heads=chosen)
+                timings[label].append((time.perf_counter() - began) * 1000)
+        assert decision.fields[field].method == ("fitted" if heads.fitted_fields else decision.fields[field].method)
+    medians = {label: statistics.median(values) for label, values in timings.items()}
+    ratio = medians["fitted"] / medians["zero_shot"]
+    print(f"| {name} | {len(texts)} x {repeats} | {medians['zero_shot']:.1f} | {medians['fitted']:.1f} | {ratio:.3f} |",
+          flush=True)
+    return {"set": name, "requests": len(texts), "repeats": repeats, "median_ms": medians, "ratio": ratio}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", default="banking77,clinc150,sst2")
-    parser.add_argument("--study", choices=("layers", "curve", "collect"), default="curve")
+    parser.add_argument("--study", choices=("layers", "curve", "collect", "overhead"), default="curve")
     parser.add_argument("--layers", default="-1,-4")
     parser.add_argument("--input-mean", action="store_true")
     parser.add_argument("--ks", default="2,5,10,20,all")
@@ -204,6 +234,12 @@ def main() -> None:
     args.cache.mkdir(parents=True, exist_ok=True)
     engine = Engine.load()
     results = {}
+    if args.study == "overhead":
+        print("| set | requests | median ms, zero-shot | median ms, fitted head | ratio |\n| --- | --- | --- | --- | --- |")
+        results = {name: study_overhead(engine, name) for name in args.sets.split(",")}
+        if args.out:
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
+        return
     for name in args.sets.split(","):
         train, dev = collect(engine, name, "train", args.cache), collect(engine, name, "dev", args.cache)
         print(f"\n{name}: {len(train['gold'])} train rows (read in {train['read_s']:.0f} s), {len(dev['gold'])} dev rows",
