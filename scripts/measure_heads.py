@@ -42,7 +42,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def collect(engine, name: str, split: str, cache: Path) -> dict:
+def collect(engine, name: str, split: str, cache: Path, *, with_means: bool = True) -> dict:
     """Per row: hidden states at LAYERS, the input mean at LAYERS, zero-shot distribution, gold."""
     from decisionflow.runtime.backend import PackedPass, RequestContext
     from decisionflow.spec import load_rubric
@@ -64,7 +64,7 @@ def collect(engine, name: str, split: str, cache: Path) -> dict:
     compiled, _ = engine.compile(rubric)
     prepared = engine._prepare(rubric)
     means = []
-    for text in texts:
+    for text in texts if with_means else ():
         tokens = compiled.request_tokens(text)
         packed, last = PackedPass(), -1
         for token in tokens:
@@ -76,7 +76,7 @@ def collect(engine, name: str, split: str, cache: Path) -> dict:
     data = {
         "labels": list(labels),
         "hidden": torch.stack([captured[i][field].features for i in keep]),
-        "mean": torch.stack([means[i] for i in keep]),
+        "mean": torch.stack([means[i] for i in keep]) if means else torch.zeros(len(keep), 0),
         "zero_shot": torch.tensor([[dict(zip(captured[i][field].offered, captured[i][field].zero_shot)).get(j, 0.0)
                                     for j in range(len(labels))] for i in keep]),
         "gold": torch.tensor([labels.index(rows[i][column]) for i in keep]),
@@ -241,7 +241,9 @@ def main() -> None:
             args.out.write_text(json.dumps(results, indent=2) + "\n")
         return
     for name in args.sets.split(","):
-        train, dev = collect(engine, name, "train", args.cache), collect(engine, name, "dev", args.cache)
+        means = args.study == "layers"
+        train = collect(engine, name, "train", args.cache, with_means=means)
+        dev = collect(engine, name, "dev", args.cache, with_means=means)
         print(f"\n{name}: {len(train['gold'])} train rows (read in {train['read_s']:.0f} s), {len(dev['gold'])} dev rows",
               flush=True)
         if args.study == "layers":

@@ -106,6 +106,9 @@ def fit_command(
         return
     out = Console()
     out.print(fit_table(result))
+    for name, info in result.fields.items():
+        if info.readout != "fitted" and info.note:
+            say(out, f"{name} keeps the zero-shot readout: {info.note}")
     fitted = result.heads.fitted_fields
     say(out, f"{len(fitted)} of {len(result.fields)} labelled fields answer with a fitted head"
              + (f" ({', '.join(fitted)})" if fitted else "")

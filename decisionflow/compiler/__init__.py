@@ -3,7 +3,7 @@
 Needs a tokenizer, never torch: `decisionflow plan --tokens` runs it without loading a model.
 """
 
-from .compiled import CompiledRubric, compile_rubric
+from .compiled import CompiledRubric, compile_rubric, example_answer
 from .inputs import render_input
 from .layout import LAYOUTS, Layout, probe_layout
 from .prompt import Catalog, PromptParts, render_prompt, system_text
@@ -12,5 +12,5 @@ from .trie import CompiledField, ReadMode, TrieNode
 
 __all__ = [
     "LAYOUTS", "Catalog", "CompiledField", "CompiledRubric", "Layout", "PromptParts", "ReadMode", "TokenizerView",
-    "TrieNode", "compile_rubric", "probe_layout", "render_input", "render_prompt", "system_text",
+    "TrieNode", "compile_rubric", "example_answer", "probe_layout", "render_input", "render_prompt", "system_text",
 ]

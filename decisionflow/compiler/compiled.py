@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from ..errors import InputError
-from ..spec.rubric import Rubric
+from ..spec.plan import make_plan
+from ..spec.rubric import Rubric, label_of
 from .inputs import render_input
 from .layout import Layout, probe_layout
-from .prompt import Catalog, PromptParts, render_prompt
+from .prompt import Catalog, PromptParts, render_prompt, value_literal
 from .tokens import TokenizerView
 from .trie import CompiledField, ReadMode, compile_field
 
@@ -64,13 +65,28 @@ class CompiledRubric:
         }
 
 
+Example = tuple[Any, str | Mapping[str, Any]]
+"""An in-context example: an input (anything a request takes) and its answer, either the assistant's
+answer text verbatim or a mapping of field to answer (written by `example_answer` in the probed layout)."""
+
+
 def compile_rubric(
     tokenizer: Any, rubric: Rubric, *, mode: ReadMode = ReadMode.BRANCH, view: TokenizerView | None = None,
-    catalog: Catalog = Catalog.FULL,
+    catalog: Catalog = Catalog.FULL, examples: Sequence[Example] = (),
 ) -> CompiledRubric:
+    """Compile `rubric` for `tokenizer`. `examples`: in-context examples written into the head as
+    earlier (user, assistant) turns, in order (see `prompt.render_prompt`); none by default."""
     view = view or TokenizerView(tokenizer)
-    layout = probe_layout(view, lambda lay: render_prompt(tokenizer, rubric, opener=lay.opener, catalog=catalog))
-    parts = render_prompt(tokenizer, rubric, opener=layout.opener, catalog=catalog)
+
+    def shown(layout: Layout) -> list[tuple[str, str]]:
+        return [(render_input(text), answer if isinstance(answer, str) else example_answer(layout, rubric, answer))
+                for text, answer in examples]
+
+    def render(layout: Layout) -> PromptParts:
+        return render_prompt(tokenizer, rubric, opener=layout.opener, catalog=catalog, examples=shown(layout))
+
+    layout = probe_layout(view, render)
+    parts = render(layout)
     anchor_ids = view.encode(parts.tail)
     def compiled(spec: Any) -> CompiledField:
         return compile_field(
@@ -96,3 +112,26 @@ def options_of(spec: Any, parent_label: str) -> dict[str, str]:
     offered = spec.options_for_label(parent_label)
     assert offered is not None
     return offered
+
+
+def example_answer(layout: Layout, rubric: Rubric, answers: Mapping[str, Any]) -> str:
+    """An example's answer as the engine writes it after the opener: every answered field's JSON line
+    (`layout.line`, the trailing comma included) in the plan's order, then the closing brace.
+
+    `answers` maps field names to allowed answers, as values or labels (`true`, `7`, `billing`); fields
+    it leaves out (or maps to None) and derived fields are not written."""
+    unknown = set(answers) - set(rubric.fields)
+    if unknown:
+        raise InputError(f"an in-context example answers unknown fields: {', '.join(sorted(unknown))}")
+    text = layout.opener
+    for name in (name for round_ in make_plan(rubric).rounds for name in round_.fields):
+        answer = answers.get(name)
+        if answer is None:
+            continue
+        spec = rubric.fields[name]
+        by_label = dict(zip(spec.labels, spec.values))
+        value = by_label.get(label_of(answer) if not isinstance(answer, str) else answer)
+        if value is None:
+            raise InputError(f"an in-context example answers {name!r} with {answer!r}, not one of its allowed answers")
+        text += layout.line(name, value_literal(spec, value, rubric.answer_format))
+    return text + ("\n}" if layout.newline_first else "}")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
-from ..errors import ModelError
+from ..errors import InputError, ModelError
 from ..spec.rubric import AnswerFormat, Catalog, FieldKind, FieldSpec, Rubric
 
 _INPUT_SENTINEL = "\u2063INPUT\u2063"
@@ -116,12 +116,27 @@ class PromptParts:
     """Everything after the input, ending with the opener of the JSON object."""
 
 
-def render_prompt(tokenizer: Any, rubric: Rubric, *, opener: str, catalog: Catalog = Catalog.FULL) -> PromptParts:
-    """Render the rubric's prompt through the model's chat template and split it around the input."""
+def render_prompt(
+    tokenizer: Any, rubric: Rubric, *, opener: str, catalog: Catalog = Catalog.FULL,
+    examples: Sequence[tuple[str, str]] = (),
+) -> PromptParts:
+    """Render the rubric's prompt through the model's chat template and split it around the input.
+
+    `examples`: in-context examples, (input text, the assistant's answer text) pairs, written in order
+    as earlier (user, assistant) turns between the system turn and the real user turn, so they belong
+    to the head (computed once per rubric). The user turn of an example is laid out like the real one
+    (`Input:` and the text); the answer text is written verbatim (`compiled.example_answer` writes it
+    in the engine's own JSON layout). Empty (the default): exactly the prompt without examples."""
     if not getattr(tokenizer, "chat_template", None):
         raise ModelError("the tokenizer has no chat template; decisionflow needs an instruction-tuned chat model")
+    shown = []
+    for text, answer in examples:
+        if _INPUT_SENTINEL in text or _INPUT_SENTINEL in answer or _OPENER_SENTINEL in text or _OPENER_SENTINEL in answer:
+            raise InputError("an in-context example contains the prompt's internal markers (U+2063 INPUT/OPEN)")
+        shown += [{"role": "user", "content": "Input:\n" + text}, {"role": "assistant", "content": answer}]
     messages = [
         {"role": "system", "content": system_text(rubric, catalog)},
+        *shown,
         {"role": "user", "content": "Input:\n" + _INPUT_SENTINEL},
         {"role": "assistant", "content": _OPENER_SENTINEL},
     ]
