@@ -107,7 +107,7 @@ def fit_command(
     out = Console()
     out.print(fit_table(result))
     for name, info in result.fields.items():
-        if info.readout != "fitted" and info.note:
+        if info.readout != "fitted" and info.note and not any(info.note in line for line in result.warnings):
             say(out, f"{name} keeps the zero-shot readout: {info.note}")
     fitted = result.heads.fitted_fields
     say(out, f"{len(fitted)} of {len(result.fields)} labelled fields answer with a fitted head"
