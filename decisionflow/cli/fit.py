@@ -52,8 +52,10 @@ def fit_command(
                      show_default=False),
     ] = None,
     layers: Annotated[
-        str, typer.Option("--layers", help="Hidden layers a head reads, counted from the top (-1: what the LM head reads).")
-    ] = "-1,-4",
+        str | None,
+        typer.Option("--layers", metavar="-1,-8", help="Hidden layers a head reads, counted from the top (-1: what the LM "
+                     "head reads; default -1,-8, or those of them the model has).", show_default=False),
+    ] = None,
     skip_unknown_labels: Annotated[
         bool, typer.Option("--skip-unknown-labels", help="Leave out labels that are not an answer of their field (e.g. an "
                            "out-of-scope class) instead of refusing the file.")
@@ -135,11 +137,13 @@ def fit_table(result: Any) -> Table:
     return table
 
 
-def _layers(text: str) -> tuple[int, ...]:
+def _layers(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
     try:
         chosen = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise DataError(f"--layers expects whole numbers separated by commas, e.g. -1,-4; got {text!r}") from None
+        raise DataError(f"--layers expects whole numbers separated by commas, e.g. -1,-8; got {text!r}") from None
     if not chosen:
         raise DataError("--layers names no layer")
     return chosen

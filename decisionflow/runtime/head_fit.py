@@ -164,20 +164,23 @@ def _listed(labels: Sequence[str], shown: int = 8) -> str:
 
 
 def fit_heads(
-    engine: Any, target: Any, rows: Iterable[Any], *, layers: Sequence[int] = DEFAULT_LAYERS,
+    engine: Any, target: Any, rows: Iterable[Any], *, layers: Sequence[int] | None = None,
     zero_shot_features: bool = True, min_rows_per_label: int = MIN_ROWS_PER_LABEL,
     regularisation: Sequence[float] = REGULARISATION_GRID, folds: int = MAX_FOLDS, unknown_labels: str = "error",
     progress: Progress | None = None, seed: int = 0, significance: float = SIGNIFICANCE,
 ) -> FitResult:
     """Read `rows` once through the engine and fit, per labelled field, a head or keep zero-shot.
 
-    `layers`: the hidden layers a head reads (from the top: -1 is what the LM head reads).
+    `layers`: the hidden layers a head reads (from the top: -1 is what the LM head reads; default
+    `heads.DEFAULT_LAYERS`, those of them the model has).
     `progress(done, total)` is called as rows are read.
     """
+    count = len(engine.backend.parts.layers)
+    if layers is None:
+        layers = tuple(layer for layer in DEFAULT_LAYERS if -count <= layer < count)
     if not layers:
         raise DataError("a head needs at least one hidden layer to read")
     rubric = rubric_of(target)
-    count = len(engine.backend.parts.layers)
     bad = [layer for layer in layers if not -count <= layer < count]
     if bad:
         raise DataError(f"layer {bad[0]} does not exist: the model has {count} layers (use -1 .. -{count})")

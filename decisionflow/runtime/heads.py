@@ -31,8 +31,10 @@ from ..errors import CalibrationError
 from ..spec.rubric import Rubric
 
 FORMAT = 1
-DEFAULT_LAYERS = (-1, -4)
-"""Hidden layers a head reads, counted from the top (see `forward.Capture`; measured in docs/evaluation.md)."""
+DEFAULT_LAYERS = (-1, -8)
+"""Hidden layers a head reads, counted from the top (see `forward.Capture`): the LM head's input and the
+eighth layer from the top, the best pair in cross-validation on every development set's training
+rows (docs/fitting.md). A model with fewer layers reads the ones it has."""
 ZERO_SHOT_FLOOR = 1e-6
 """The smallest zero-shot probability a head's log-probability features see (and what an answer the
 row does not offer counts as)."""

@@ -151,7 +151,7 @@ def test_fit_refuses_bad_label_mappings_with_one_line(tmp_path: Path):
         ("--label", "mood=label"): "error: --label mood=label: rubric 'review' has no field 'mood' (fields: sentiment, code)",
         ("--label", "sentiment"): "error: --label expects FIELD=COLUMN, got 'sentiment'",
         ("--text-column", "body"): f"error: {rows}: no column 'body' for the input text (columns: text, label, code); name it with --text-column",
-        ("--layers", "-1,x"): "error: --layers expects whole numbers separated by commas, e.g. -1,-4; got '-1,x'",
+        ("--layers", "-1,x"): "error: --layers expects whole numbers separated by commas, e.g. -1,-8; got '-1,x'",
     }
     for extra, expected in cases.items():
         result = invoke("fit", rubric, "--data", rows, *extra)
