@@ -67,12 +67,14 @@ class Client:
 
 
 @contextmanager
-def running_server(engine: Any, folder: Path, settings: Any = None) -> Iterator[int]:
-    """Start the app on 127.0.0.1 (a free port) in a thread; yield the port; stop it gracefully."""
+def running_server(engine: Any, folder: Any, settings: Any = None) -> Iterator[int]:
+    """Start the app on 127.0.0.1 (a free port) in a thread; yield the port; stop it gracefully.
+    `folder`: the rubric folder served, or a `RubricRegistry` built already."""
     from decisionflow.serve import RubricRegistry, create_app
     from decisionflow.serve.server import bind, server_for
 
-    app = create_app(engine, RubricRegistry.from_folder(folder), settings)
+    registry = folder if isinstance(folder, RubricRegistry) else RubricRegistry.from_folder(folder)
+    app = create_app(engine, registry, settings)
     sock = bind("127.0.0.1", 0)
     started = threading.Event()
     server = server_for(app, log_level="warning", on_started=started.set)

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import threading
-from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Iterator
 
 import pytest
 from typer.testing import CliRunner
@@ -302,7 +299,7 @@ def test_without_heads_the_route_answers_zero_shot(engine, served_folder):
     assert registry.get("desk").heads is None
     listed = {entry["name"]: entry for entry in registry.describe()}
     assert listed["desk"]["fitted"] == [] and listed["desk"]["heads"] is None
-    with serving(engine, registry) as zero_shot_port:
+    with running_server(engine, registry) as zero_shot_port:
         client = Client(zero_shot_port)
         reply = client.post("/v1/rubrics/desk/decide", {"text": TEXTS[1]})
         client.close()
@@ -310,26 +307,6 @@ def test_without_heads_the_route_answers_zero_shot(engine, served_folder):
     assert all(field["method"] != "fitted" for field in reply.body["fields"].values())
     expected = engine.decide(load_rubric(served_folder / "desk.yaml"), TEXTS[1])
     assert reply.body["fields"]["queue"]["probabilities"] == pytest.approx(expected.fields["queue"].probabilities, abs=1e-5)
-
-
-@contextmanager
-def serving(engine, registry) -> Iterator[int]:
-    """`serve_client.running_server` for a registry built here (that one builds its own from a folder)."""
-    from decisionflow.serve.server import bind, server_for
-
-    app = create_app(engine, registry)
-    sock = bind("127.0.0.1", 0)
-    started = threading.Event()
-    server = server_for(app, log_level="warning", on_started=started.set)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    assert started.wait(60), "the server did not start"
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(60)
-        sock.close()
 
 
 # -- the batcher hands the heads to the engine ------------------------------------------------------------
