@@ -112,16 +112,18 @@ def test_the_fit_keeps_a_head_only_where_it_beats_zero_shot(fitted: FitResult):
     assert fields["code"].rows_per_label == {"k1": 20, "k2": 20}
     assert fields["group"].rows_per_label == {"g1": 20, "g2": 20, "g3": 12}
     assert fields["group"].labels == ("g1", "g2", "g3")
-    # The chooser: fitted exactly where its cross-validated accuracy is higher (zero-shot on a tie).
+    # The chooser: fitted exactly where its cross-validated accuracy is higher and the difference is
+    # significant (McNemar p < 0.05); otherwise zero-shot, saying why.
     for name, info in fields.items():
         zero_shot = info.candidates["zero_shot"]
         assert zero_shot.p_vs_zero_shot is None and zero_shot.rows == info.rows
         if "fitted" in info.candidates:
             fit = info.candidates["fitted"]
             assert fit.rows == info.rows and 0.0 <= fit.p_vs_zero_shot <= 1.0
-            assert info.readout == ("fitted" if fit.accuracy > zero_shot.accuracy else "zero_shot"), (name, info)
+            significant = fit.accuracy > zero_shot.accuracy and fit.p_vs_zero_shot < 0.05
+            assert info.readout == ("fitted" if significant else "zero_shot"), (name, info)
             if info.readout == "zero_shot":
-                assert "as accurate" in info.note
+                assert "as accurate" in info.note or "not significant" in info.note
         for figure in info.candidates.values():
             assert figure.low <= figure.accuracy <= figure.high
             assert 0.0 <= figure.low < figure.high <= 1.0

@@ -197,7 +197,7 @@ MISFITS = {
                            "the head of field 'queue' was fitted for other answers (the rubric adds yellow); fit again"),
     "another version of the rubric": ("desk", DESK.replace("Which queue the message goes to", "Which queue handles it"),
                                       "the heads were fitted for another version of rubric 'desk'"),
-    "another model": ("desk", None, "the heads were fitted on another model (SomeOtherModel); fit again with this model"),
+    "another model": ("desk", None, "the heads were fitted on another model, SomeOtherModel"),
 }
 
 
