@@ -303,6 +303,7 @@ def fit_field(
         from sklearn.model_selection import StratifiedKFold
         from sklearn.pipeline import make_pipeline
         from sklearn.preprocessing import StandardScaler
+        from threadpoolctl import threadpool_limits
     except ImportError as error:
         raise Unavailable(f"fitting heads needs scikit-learn ({error.name} is missing): pip install scikit-learn") from None
     x = torch.stack(data.hidden)
@@ -317,7 +318,9 @@ def fit_field(
         return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=300, tol=TOLERANCE))
 
     best_c, best_right = None, None
-    with warnings.catch_warnings():
+    # One BLAS thread: these products are small, and two threads made the fits three times slower
+    # (15.4 s against 5.1 s for BANKING77's 1,540 rows on two cores).
+    with warnings.catch_warnings(), threadpool_limits(1):
         # Folds with one row of some answer, or a fold stopped at max_iter, are expected with few rows:
         # the cross-validated figure is the evidence, not the optimiser's warnings.
         warnings.simplefilter("ignore")
@@ -339,7 +342,7 @@ def fit_field(
     info = FieldHeadInfo(readout=chosen, regularisation=best_c, folds=splits, candidates=candidates, **base, note=note)
     if chosen != "fitted":
         return info, None, ""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")
         final = model(best_c).fit(features, gold)
     scaler, regression = final[0], final[-1]
