@@ -275,3 +275,16 @@ def test_eval_with_heads_reports_zero_shot_beside_the_fitted_readout(fitted_proj
     unheaded = json.loads(plain.stdout)
     assert unheaded["readout"] == "zero_shot" and "zero_shot" not in unheaded
     assert unheaded["accuracy"] == pytest.approx(zero_shot["accuracy"])
+
+
+def test_an_existing_output_file_may_be_written_again(tmp_path: Path):
+    """Refitting (fit --output, calibrate --output) rewrites the file it wrote before; a file standing
+    where a folder is needed, or a folder given for a file, is still refused."""
+    from decisionflow.cli.common import output_problem
+
+    existing = tmp_path / "review.heads.safetensors"
+    existing.write_bytes(b"old")
+    assert output_problem(existing, folder=False) is None
+    assert output_problem(tmp_path / "new.heads.safetensors", folder=False) is None
+    assert "is a file" in output_problem(existing / "inside.safetensors", folder=False)
+    assert "is a folder" in output_problem(tmp_path, folder=False)
