@@ -19,43 +19,22 @@ own head cache and its own content-free prior. Results go to stdout as Markdown 
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import json
 import random
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from types import MethodType
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-SETS = {
-    "banking77": ("workflows/banking77_intent.yaml", "intent", "label"),
-    "clinc150": ("workflows/clinc150_intent.yaml", "intent", "label"),
-    "sst2": ("workflows/sentiment.yaml", "sentiment", "label"),
-    "nlbse24_issues": ("workflows/issue_triage.yaml", "label", "label"),
-}
+import torch
+
+# The same sets, reader and row sampler as the fitted heads' measurement, so both use the same rows.
+from measure_heads import DATA, ROOT, SETS, read_csv, subsample  # noqa: E402 - a script beside this one
+
 DEV_SUBSET = {"banking77": 300, "clinc150": 300}
 """Dev rows scored per set (a fixed random subset, seed 0); sets not listed score every dev row."""
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8", newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def subsample(gold: list[int], k: int, seed: int = 0) -> list[int]:
-    """`scripts/measure_heads.subsample`: k rows per label, labels in index order, one rng."""
-    by = defaultdict(list)
-    for i, g in enumerate(gold):
-        by[g].append(i)
-    rng = random.Random(seed)
-    chosen = []
-    for g in sorted(by):
-        chosen += rng.sample(by[g], min(k, len(by[g])))
-    return sorted(chosen)
 
 
 def examples_for(
@@ -63,7 +42,7 @@ def examples_for(
 ) -> list[tuple[str, dict]]:
     labels = rubric.fields[field].labels
     gold = [labels.index(r[column]) for r in train]
-    chosen = subsample(gold, k)
+    chosen = subsample(torch.tensor(gold), k)
     random.Random(order_seed).shuffle(chosen)
     examples = []
     for i in chosen:
