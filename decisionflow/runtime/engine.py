@@ -257,7 +257,8 @@ class Engine:
         rubric = rubric_of(target)
         prepared = self._prepare(rubric)
         heads.check(rubric, model=self.model_fingerprint, prompt=prompt_fingerprint(prepared.compiled.head_tokens),
-                    hidden_size=int(self.backend.config.hidden_size), model_name=getattr(self.loaded, "name", "") or "")
+                    hidden_size=int(self.backend.config.hidden_size), model_name=getattr(self.loaded, "name", "") or "",
+                    dtype=str(self.backend.dtype).removeprefix("torch."))
 
     @property
     def model_fingerprint(self) -> str:

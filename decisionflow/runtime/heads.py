@@ -239,7 +239,9 @@ class Heads:
 
     # -- checks -------------------------------------------------------------------------------
 
-    def check(self, rubric: Rubric, *, model: str, prompt: str, hidden_size: int | None = None, model_name: str = "") -> None:
+    def check(
+        self, rubric: Rubric, *, model: str, prompt: str, hidden_size: int | None = None, model_name: str = "", dtype: str = "",
+    ) -> None:
         """Refuse heads fitted for another model, rubric, prompt or option set, naming the mismatch."""
         where = f"{self.path}: " if self.path is not None else ""
         meta = self.metadata
@@ -258,6 +260,9 @@ class Heads:
                     f"the rubric no longer offers {', '.join(gone)}" if gone else "",
                 ) if part) or "the rubric lists them in another order"
                 raise HeadsError(f"{where}the head of field {name!r} was fitted for other answers ({change}); fit again")
+        if meta.model != model and meta.dtype and dtype and meta.dtype != dtype:
+            raise HeadsError(f"{where}the heads were fitted with the model in {meta.dtype}; it is loaded here in {dtype}, "
+                             f"whose weights and hidden states differ: load it with --dtype {meta.dtype}, or fit again")
         if meta.model != model:
             fitted_on = f"{meta.model_name} ({meta.model[:12]})" if meta.model_name else meta.model[:12]
             this = f"{model_name} ({model[:12]})" if model_name else model[:12]

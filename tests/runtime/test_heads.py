@@ -313,6 +313,10 @@ def test_heads_for_another_model_prompt_or_width_are_refused(engine: Engine, fit
     path = other_model.save(tmp_path / "other.heads.safetensors")
     message = _refusal(engine, Heads.load(path), REVIEW)
     assert message.startswith(f"{path}: the heads were fitted on another model") and "fit again" in message
+    # The same model in another number format has other weights and hidden states: the message says so.
+    other_dtype = Heads(heads.metadata.model_copy(update={"model": "0" * 64, "dtype": "bfloat16"}), heads.heads)
+    message = _refusal(engine, other_dtype, REVIEW)
+    assert "fitted with the model in bfloat16; it is loaded here in float32" in message and "--dtype bfloat16" in message
     other_prompt = Heads(heads.metadata.model_copy(update={"prompt": "0" * 32}), heads.heads)
     assert "another prompt" in _refusal(engine, other_prompt, REVIEW)
     code = heads.heads["code"]
