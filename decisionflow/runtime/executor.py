@@ -358,12 +358,13 @@ def _field_result(
     spec = compiled.rubric.fields[name]
     labels = spec.labels
     mixture = [0.0] * len(labels)
-    zero_shot_mixture = [0.0] * len(labels)
     offered_set: set[int] = set()
     mass = 0.0
     debias = Debias.NONE
     joint: dict[tuple[str, str], float] = {}
     fitted = heads.for_field(name) if heads is not None and features is not None else None
+    # With a head, the engine's own readout is kept beside its answer (mixed alike when marginalised).
+    zero_shot_mixture = [0.0] * len(labels) if fitted is not None else None
     for read, reading, index in group:
         if not all(math.isfinite(p) for p in reading.probabilities):
             raise ModelError(
@@ -378,9 +379,9 @@ def _field_result(
             probabilities, debias = priors.apply(name, probabilities, indexes if len(indexes) != len(labels) else None)
         if capture and features is not None and (read.hypothesis is None or read.hypothesis == _written_label(state, spec.parent)):
             state.captured[name] = Captured(features.of(index, capture), tuple(probabilities), tuple(indexes))
-        for label_index, p in zip(indexes, probabilities):
-            zero_shot_mixture[label_index] += read.weight * p
         if fitted is not None:
+            for label_index, p in zip(indexes, probabilities):
+                zero_shot_mixture[label_index] += read.weight * p  # type: ignore[index]
             head, info = fitted
             zero_shot = zero_shot_features(probabilities, indexes, len(labels)) if info.zero_shot_features else None
             probabilities = head.probabilities(features.of(index, info.layers), zero_shot, indexes)  # type: ignore[union-attr]
@@ -394,7 +395,8 @@ def _field_result(
     if marginalized:
         # Hypotheses under which the field is not asked carry the rest of the weight.
         mixture = [p / asked_weight for p in mixture]
-        zero_shot_mixture = [p / asked_weight for p in zero_shot_mixture]
+        if zero_shot_mixture is not None:
+            zero_shot_mixture = [p / asked_weight for p in zero_shot_mixture]
         mass /= asked_weight
         state.joints[name] = (spec.parent, joint)  # type: ignore[assignment]
     offered = sorted(offered_set)
@@ -414,7 +416,7 @@ def _field_result(
         debias=debias.value, asked=asked,
         # Not marginalised: one reading, whose own distribution is the raw one.
         raw_probabilities=None if marginalized else dict(zip(group[0][0].row.labels, group[0][1].probabilities)),
-        zero_shot_probabilities={labels[i]: zero_shot_mixture[i] for i in offered} if fitted is not None else None,
+        zero_shot_probabilities={labels[i]: zero_shot_mixture[i] for i in offered} if zero_shot_mixture is not None else None,
         reason="" if asked else _reason(spec, state),
         expected_value=(sum(p * spec.values[i] for i, p in zip(offered, probabilities))
                         if spec.kind is FieldKind.SCORE else None),

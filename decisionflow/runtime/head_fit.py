@@ -31,7 +31,7 @@ from ..errors import DataError, DecisionflowError, Unavailable
 from ..spec.declare import rubric_of
 from ..spec.gold import gold_label
 from ..spec.rubric import Rubric
-from .head_store import _library_version
+from .head_store import library_version
 from .heads import DEFAULT_LAYERS, Candidate, FieldHead, FieldHeadInfo, Heads, HeadsMetadata, prompt_fingerprint, rubric_fingerprint, zero_shot_features
 
 MIN_ROWS_PER_LABEL = 2
@@ -220,7 +220,7 @@ def fit_heads(
     metadata = HeadsMetadata(
         rubric=rubric.name, rubric_fingerprint=rubric_fingerprint(rubric), model=engine.model_fingerprint,
         model_name=getattr(engine.loaded, "name", "") or "", prompt=prompt_fingerprint(prepared.compiled.head_tokens),
-        dtype=str(engine.backend.dtype).removeprefix("torch."), library=_library_version(), fields=infos,
+        dtype=str(engine.backend.dtype).removeprefix("torch."), library=library_version(), fields=infos,
     )
     if failed:
         index, why = next(iter(failed.items()))

@@ -40,7 +40,7 @@ class HeadCacheWarning(UserWarning):
 
 
 @functools.cache
-def _library_version() -> str:
+def library_version() -> str:
     try:
         return version("decisionflow")
     except PackageNotFoundError:
@@ -99,7 +99,7 @@ class HeadStore:
         """The file name's digest: the head's tokens, this store's model, dtype and format, and `more`."""
         identity = {
             "format": FORMAT,
-            "library": _library_version(),
+            "library": library_version(),
             "model": self.fingerprint,
             "dtype": str(self.dtype),
             "tokens": list(head_tokens),

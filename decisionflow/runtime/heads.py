@@ -291,11 +291,6 @@ def readable_copy(path: Path) -> Path:
     return path.with_name(path.name + ".json")
 
 
-def read_metadata(path: str | Path) -> HeadsMetadata:
-    """Only the metadata of a heads file (for reports and listings)."""
-    return Heads.load(path).metadata
-
-
 def describe(info: FieldHeadInfo) -> dict[str, Any]:
     """A field's fit in one JSON-able dict (what `/v1/rubrics` and `fit --json` show)."""
     return {"readout": info.readout, "rows": info.rows, "candidates": {k: v.model_dump() for k, v in info.candidates.items()}}
