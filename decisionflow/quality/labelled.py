@@ -76,6 +76,27 @@ def load_labelled(
     With `rubric`, each gold cell is read as its field's label (`gold_label`: `True` -> `true`).
     """
     path = Path(path)
+    header, records = _csv_records(path)
+    if columns is None:
+        columns = label_columns(fields, header, given_columns)
+    for column in [text_column, *columns.values()]:
+        if column not in header:
+            raise DataError(f"{path}: no column {column!r} (columns: {', '.join(header)})")
+    rows = []
+    for index, record in enumerate(records):
+        text = record.get(text_column)
+        if text is None:
+            raise DataError(f"{path}: data row {index + 1} has fewer cells than the header")
+        gold = {name: (record.get(column) or "").strip() for name, column in columns.items()}
+        if rubric is not None:
+            gold = {name: gold_label(rubric.field(name), value) if value else value for name, value in gold.items()}
+        rows.append(LabelledRow(index=index, text=text, gold=gold))
+    return rows, columns
+
+
+def _csv_records(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """A labelled CSV's header and rows (`csv.DictReader`: a short row's missing cells are None); a file
+    that is missing, empty, not UTF-8, not CSV or without data rows is a `DataError` naming it."""
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
     try:
@@ -84,27 +105,14 @@ def load_labelled(
             header = list(reader.fieldnames or [])
             if not header:
                 raise DataError(f"{path}: empty file, expected a CSV header row")
-            if columns is None:
-                columns = label_columns(fields, header, given_columns)
-            for column in [text_column, *columns.values()]:
-                if column not in header:
-                    raise DataError(f"{path}: no column {column!r} (columns: {', '.join(header)})")
-            rows = []
-            for index, record in enumerate(reader):
-                text = record.get(text_column)
-                if text is None:
-                    raise DataError(f"{path}: data row {index + 1} has fewer cells than the header")
-                gold = {name: (record.get(column) or "").strip() for name, column in columns.items()}
-                if rubric is not None:
-                    gold = {name: gold_label(rubric.field(name), value) if value else value for name, value in gold.items()}
-                rows.append(LabelledRow(index=index, text=text, gold=gold))
+            records = list(reader)
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text ({error.reason})") from None
     except csv.Error as error:
         raise DataError(f"{path}: not a readable CSV file ({error})") from None
-    if not rows:
+    if not records:
         raise DataError(f"{path}: no data rows")
-    return rows, columns
+    return header, records
 
 
 def parse_slice(text: str | None) -> slice | None:
@@ -175,51 +183,51 @@ def load_records(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
     CSV (`.csv`): a header row, RFC 4180 quoting; JSONL (any other suffix): one JSON object per line;
     Parquet (`.parquet`, `.pq`; needs pyarrow)."""
     path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        header, records = _csv_records(path)
+        short = next((number for number, record in enumerate(records, start=1) if None in record.values()), None)
+        if short is not None:
+            raise DataError(f"{path}: data row {short} has fewer cells than the header")
+        return header, records
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".csv":
-            with path.open(encoding="utf-8", newline="") as handle:
-                reader = csv.DictReader(handle)
-                header = list(reader.fieldnames or [])
-                if not header:
-                    raise DataError(f"{path}: empty file, expected a CSV header row")
-                records: list[dict[str, Any]] = []
-                for number, record in enumerate(reader, start=1):
-                    if None in record.values():
-                        raise DataError(f"{path}: data row {number} has fewer cells than the header")
-                    records.append(dict(record))
-        elif suffix in (".parquet", ".pq"):
-            try:
-                import pyarrow.parquet as pq
-            except ImportError:
-                raise Unavailable("reading Parquet files needs pyarrow: pip install pyarrow") from None
-            try:
-                table = pq.read_table(path)
-            except Exception as error:  # noqa: BLE001 - pyarrow raises several types for a file it cannot read
-                raise DataError(f"{path}: not a readable Parquet file: {error}") from None
-            header, records = list(table.column_names), table.to_pylist()
-        else:
-            header, records = [], []
-            with path.open(encoding="utf-8") as handle:
-                for number, line in enumerate(handle, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as error:
-                        raise DataError(f"{path}:{number}: not a JSON object ({error.msg})") from None
-                    if not isinstance(record, dict):
-                        raise DataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-                    header += [key for key in record if key not in header]
-                    records.append(record)
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text ({error.reason})") from None
-    except csv.Error as error:
-        raise DataError(f"{path}: not a readable CSV file ({error})") from None
+    header, records = _parquet_records(path) if suffix in (".parquet", ".pq") else _jsonl_records(path)
     if not records:
         raise DataError(f"{path}: no data rows")
+    return header, records
+
+
+def _parquet_records(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise Unavailable("reading Parquet files needs pyarrow: pip install pyarrow") from None
+    try:
+        table = pq.read_table(path)
+    except Exception as error:  # noqa: BLE001 - pyarrow raises several types for a file it cannot read
+        raise DataError(f"{path}: not a readable Parquet file: {error}") from None
+    return list(table.column_names), table.to_pylist()
+
+
+def _jsonl_records(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    header: list[str] = []
+    records: list[dict[str, Any]] = []
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise DataError(f"{path}:{number}: not a JSON object ({error.msg})") from None
+                if not isinstance(record, dict):
+                    raise DataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+                header += [key for key in record if key not in header]
+                records.append(record)
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text ({error.reason})") from None
     return header, records
 
 
