@@ -7,10 +7,11 @@ error table in `decisionflow.errors` gives.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, TypeVar
+from typing import Annotated, Any, Callable, Iterator, TypeVar
 
 import typer
 from rich.console import Console
@@ -103,6 +104,14 @@ def report_problems(ctx: typer.Context, error: RubricError, err: Console) -> Non
 def load_target(ctx: typer.Context, ref: str, err: Console) -> Any:
     """The decorated class or rubric `ref` names; its problems on stderr and exit 1 otherwise."""
     return guarded(ctx, err, lambda: resolve_target(ref))
+
+
+def load_target_and_rubric(ctx: typer.Context, ref: str, err: Console) -> tuple[Any, Rubric]:
+    """The decorated class or rubric `ref` names, and its rubric (problems on stderr, exit 1)."""
+    from ..spec.declare import rubric_of
+
+    target = load_target(ctx, ref, err)
+    return target, rubric_of(target)
 
 
 def load_rubric_or_report(ctx: typer.Context, ref: str, err: Console) -> Rubric | None:
@@ -217,3 +226,24 @@ def load_engine(
             model, device=device, dtype=dtype, threads=threads, mode="exact" if exact else "branch", pin_first=pin,
             status=lambda message: status.update(message), loader=loader, pack_weights=pack_weights,
         )
+
+
+@contextlib.contextmanager
+def progress_bars(err: Console) -> Iterator[Callable[[str], Callable[[int, int], None]]]:
+    """A factory of progress callbacks, one bar per phase (deciding, each shuffled order, the baseline, the
+    rows a fit reads)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err) as bar:
+        def factory(label: str) -> Callable[[int, int], None]:
+            task = bar.add_task(label, total=None)
+            return lambda done, total: bar.update(task, completed=done, total=total)
+
+        yield factory

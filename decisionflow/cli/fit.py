@@ -27,7 +27,8 @@ from .common import (
     count,
     guarded,
     load_engine,
-    load_target,
+    load_target_and_rubric,
+    progress_bars,
     refuse_output,
     say,
     stderr,
@@ -89,14 +90,14 @@ def fit_command(
         output = Heads.path_for(rubric_ref)
     refuse_output(err, output, folder=False, option="--output")
     chosen_layers = guarded(ctx, err, lambda: _layers(layers))
-    target = load_target(ctx, rubric_ref, err)
-    rubric = _rubric(target)
+    target, rubric = load_target_and_rubric(ctx, rubric_ref, err)
     examples, skipped = guarded(ctx, err, lambda: _examples(rubric, data, label or [], text_column, rows, skip_unknown_labels))
     if skipped:
         say(err, f"left out {count(skipped, 'label')} that {'is' if skipped == 1 else 'are'} not an answer of "
                  "its field (--skip-unknown-labels)")
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, threads=threads, device=device, dtype=dtype, loader=loader))
-    with _bar(err) as progress:
+    with progress_bars(err) as progress_for:
+        progress = progress_for("reading rows")
         result = guarded(ctx, err, lambda: engine.fit(target, [(e.text, e.labels) for e in examples], layers=chosen_layers,
                                                       progress=progress, significance=significance))
     for line in result.warnings:
@@ -149,12 +150,6 @@ def _layers(text: str | None) -> tuple[int, ...] | None:
     return chosen
 
 
-def _rubric(target: Any) -> Any:
-    from ..spec.declare import rubric_of
-
-    return rubric_of(target)
-
-
 def _examples(rubric: Any, data: Path, labels: list[str], text_column: str, rows: str | None,
               skip_unknown: bool) -> tuple[list[Any], int]:
     """The labelled rows as (text, {field: label}), checked against the rubric before the model loads."""
@@ -199,22 +194,3 @@ def _renumbered(message: str, numbers: list[int]) -> str:
     if head.startswith("row ") and head[4:].isdigit() and int(head[4:]) < len(numbers):
         return f"data row {numbers[int(head[4:])]}{sep}{rest}"
     return message
-
-
-class _bar:
-    """A rich progress bar over the rows read for fitting."""
-
-    def __init__(self, err: Console):
-        self.err = err
-
-    def __enter__(self) -> Any:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.progress = Progress(TextColumn("reading rows"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                 console=self.err)
-        self.progress.__enter__()
-        task = self.progress.add_task("read", total=None)
-        return lambda done, total: self.progress.update(task, completed=done, total=total)
-
-    def __exit__(self, *exc: Any) -> None:
-        self.progress.__exit__(*exc)

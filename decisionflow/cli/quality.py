@@ -6,10 +6,9 @@ name costs nothing and is reported in one line.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -40,7 +39,8 @@ from .common import (
     refuse_output,
     guarded,
     load_engine,
-    load_target,
+    load_target_and_rubric,
+    progress_bars,
     say,
     stderr,
 )
@@ -118,7 +118,7 @@ def eval_command(
     method = guarded(ctx, err, lambda: _debias(debias))
     if raw and method is None:
         method = "none"
-    target, rubric = _target(ctx, rubric_ref, err)
+    target, rubric = load_target_and_rubric(ctx, rubric_ref, err)
     fields = guarded(ctx, err, lambda: resolve_fields(rubric, [field] if field else None))
     chosen = guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, [label_column] if label_column else None,
                                              rows, limit, seed, err))
@@ -131,7 +131,7 @@ def eval_command(
     if heads is not None:
         guarded(ctx, err, lambda: engine.check_heads(heads, target))
         say(err, f"heads: {heads_file} (fitted: {', '.join(heads.fitted_fields) or 'none'})")
-    with _progress_bars(err) as progress_for:
+    with progress_bars(err) as progress_for:
         run = guarded(ctx, err, lambda: evaluate(
             engine, target, rubric, chosen, fields[0], calibration=calibration, debias=method,
             shuffle_orders=shuffle_options, seed=seed, baseline=baseline, ablate=ablate, progress_for=progress_for,
@@ -219,7 +219,7 @@ def calibrate_command(
             raise typer.Exit(2)
         output = Calibration.path_for(rubric_ref)
     refuse_output(err, output, folder=False, option="--output")
-    target, rubric = _target(ctx, rubric_ref, err)
+    target, rubric = load_target_and_rubric(ctx, rubric_ref, err)
     fields = guarded(ctx, err, lambda: _read_fields(rubric, resolve_fields(rubric, field)))
     texts = None if unlabelled is None else guarded(ctx, err, lambda: _texts(unlabelled, text_column, rows, limit, seed))
     chosen = None if data is None else guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, label_column,
@@ -233,7 +233,7 @@ def calibrate_command(
                  "after the head)")
     out = Console()
     if texts is not None:
-        with _progress_bars(err) as progress_for:
+        with progress_bars(err) as progress_for:
             calibration, priors = guarded(ctx, err, lambda: fit_domain_priors(
                 engine, target, rubric, texts, fields, base=calibration, progress=progress_for("deciding, unlabelled"),
             ))
@@ -241,7 +241,7 @@ def calibrate_command(
             _print_line(out, _prior_line(prior))
     fits = []
     if chosen is not None:
-        with _progress_bars(err) as progress_for:
+        with progress_bars(err) as progress_for:
             calibration, fits = guarded(ctx, err, lambda: fit_calibration(
                 engine, target, rubric, chosen, fields, min_mass=min_mass, min_probability=min_probability,
                 fit_min_mass=fit_min_mass, base=calibration, debias=method, progress=progress_for("deciding"),
@@ -300,13 +300,6 @@ def _existing_calibration(path: Path, rubric: Any) -> Any:
     return existing
 
 
-def _target(ctx: typer.Context, ref: str, err: Console) -> tuple[Any, Any]:
-    from ..spec.declare import rubric_of
-
-    target = load_target(ctx, ref, err)
-    return target, rubric_of(target)
-
-
 def _read_fields(rubric: Any, fields: list[str]) -> list[str]:
     """The fields to calibrate, refusing a derived one: it is computed from others, never read, so a
     temperature or prior fitted for it would never be applied."""
@@ -342,26 +335,6 @@ def _engine(err: Console, model: str | None, threads: int | None, device: str, d
     """The engine; built on the transformers model when the command also generates (`--baseline`)."""
     return load_engine(err, model=model, threads=threads, device=device, dtype=dtype,
                        loader="transformers" if generates else loader)
-
-
-@contextlib.contextmanager
-def _progress_bars(err: Console) -> Iterator[Callable[[str], Callable[[int, int], None]]]:
-    """A factory of progress callbacks, one bar per phase (deciding, each shuffled order, the baseline)."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=err) as bar:
-        def factory(label: str) -> Callable[[int, int], None]:
-            task = bar.add_task(label, total=None)
-            return lambda done, total: bar.update(task, completed=done, total=total)
-
-        yield factory
 
 
 def _selection(rows: str | None, limit: int | None, seed: int) -> str:
