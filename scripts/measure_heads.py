@@ -9,7 +9,8 @@ under --cache; then fits heads on k rows per label (or every training row) and s
     .venv/bin/python scripts/measure_heads.py --sets banking77,clinc150,sst2,nlbse24_issues --study curve
 
 `--study layers` compares feature sets on every training row; `--study curve` runs the shipped
-`fit_field` (the chooser included) at k = 2, 5, 10, 20 per label and on every row. Results go to
+`fit_field` (the chooser included) at k = 2, 5, 10, 20 per label and on every row; `--study overhead`
+times requests with and without fitted heads, interleaved in one run. Results go to
 stdout as Markdown and to --out as JSON.
 """
 
