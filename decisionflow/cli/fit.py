@@ -98,7 +98,7 @@ def fit_command(
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, threads=threads, device=device, dtype=dtype, loader=loader))
     with progress_bars(err) as progress_for:
         progress = progress_for("reading rows")
-        result = guarded(ctx, err, lambda: engine.fit(target, [(e.text, e.labels) for e in examples], layers=chosen_layers,
+        result = guarded(ctx, err, lambda: engine.fit(target, examples, layers=chosen_layers,
                                                       progress=progress, significance=significance))
     for line in result.warnings:
         say(err, line)

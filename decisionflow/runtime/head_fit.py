@@ -173,7 +173,8 @@ def fit_heads(
 
     `layers`: the hidden layers a head reads (from the top: -1 is what the LM head reads; default
     `heads.DEFAULT_LAYERS`, those of them the model has).
-    `progress(done, total)` is called as rows are read.
+    `progress(done, total)` is called as rows are read. `rows` may also be the `Example`s `examples_of`
+    made of them (the command line checks its file that way before the model loads).
     """
     count = len(engine.backend.parts.layers)
     if layers is None:
@@ -185,7 +186,11 @@ def fit_heads(
     if bad:
         raise DataError(f"layer {bad[0]} does not exist: the model has {count} layers (use -1 .. -{count})")
     began = time.perf_counter()
-    examples, skipped = examples_of(rubric, rows, unknown_labels=unknown_labels)
+    rows = list(rows)
+    if rows and all(isinstance(row, Example) for row in rows):
+        examples, skipped = rows, 0  # already read against this rubric by `examples_of`
+    else:
+        examples, skipped = examples_of(rubric, rows, unknown_labels=unknown_labels)
     captured: list[Any] = [None] * len(examples)
     outcomes = engine._decide(
         rubric, [e.text for e in examples], progress=progress, calibration=None, debias=None, fail_fast=False,
