@@ -63,7 +63,7 @@ def collect(engine, name: str, split: str, cache: Path, *, with_means: bool = Tr
                               capture=LAYERS, forced=forced, captured=captured)
     read_s = time.perf_counter() - began
     compiled, _ = engine.compile(rubric)
-    prepared = engine._prepare(rubric)
+    prepared = engine.prepared.get(rubric)
     means = []
     for text in texts if with_means else ():
         tokens = compiled.request_tokens(text)

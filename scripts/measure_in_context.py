@@ -56,19 +56,20 @@ def examples_for(
 
 def in_context_engine(engine):
     """Make `engine` compile rubrics with `engine.examples` in the head, keyed apart per example set."""
-    import decisionflow.runtime.engine as engine_module
+    import decisionflow.runtime.prepared as prepared_module
 
-    plain_compile = engine_module.compile_rubric
-    plain_key = engine._prepared_key
+    plain_compile = prepared_module.compile_rubric
+    cache = engine.prepared
+    plain_key = cache.key
 
     def compile_with_examples(*args, **kwargs):
         return plain_compile(*args, examples=engine.examples, **kwargs)
 
     def prepared_key(self, rubric):
-        return (*plain_key(rubric), self.examples_tag)
+        return (*plain_key(rubric), engine.examples_tag)
 
-    engine_module.compile_rubric = compile_with_examples
-    engine._prepared_key = MethodType(prepared_key, engine)
+    prepared_module.compile_rubric = compile_with_examples
+    cache.key = MethodType(prepared_key, cache)
     engine.examples, engine.examples_tag = (), ""
     return engine
 
@@ -154,7 +155,7 @@ def main() -> None:
                   f"{zero['top_share']:.0%}; {zero['errors']} errors) in {zero['seconds']:.0f} s", flush=True)
         results.append({"set": name, "k": 0, "head_tokens": len(plain.head_tokens), "example_tokens": 0,
                         "dev_rows": len(texts), **zero})
-        engine._prepared.clear()
+        engine.prepared.clear()
         for k in (int(x) for x in args.ks.split(",")):
             for order_seed in (int(x) for x in args.order_seeds.split(",")):
                 examples = examples_for(rubric, field, column, train, k, order_seed)
@@ -172,7 +173,7 @@ def main() -> None:
                     break
                 use_examples(engine, examples)
                 got = score(engine, rubric, field, texts, gold)
-                engine._prepared.clear()
+                engine.prepared.clear()
                 print(f"  k={k} order {order_seed}: {len(examples)} examples, {extra} tokens: accuracy {got['accuracy']:.3f}"
                       f" (raw {got['raw_accuracy']:.3f}; most answered {got['top_label']} {got['top_share']:.0%}; "
                       f"{got['errors']} errors) in {got['seconds']:.0f} s (prepare {got['prepare_s']:.0f} s)", flush=True)

@@ -1,6 +1,7 @@
 """The package's layout holds: each step imports only the steps before it, and no import cycle exists.
 
-spec → compiler → runtime → (quality | bench | serve | scale) → cli; `errors` is below everything;
+spec → compiler → runtime → (batch | baselines) → (quality | bench | serve | scale) → cli; `errors`
+and `paths` are below everything;
 nothing imports `cli`; the kernels import only torch and triton. Imports are read from the source
 (ast), lazy ones inside functions included, so a shortcut taken in a function body is caught too.
 """
@@ -18,16 +19,25 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "decisionflow"
 KERNELS = ROOT / "kernels"
 
-ENGINE_USERS = {"quality", "bench", "serve", "scale"}
+BASE = {"errors", "paths"}
+"""Below every step: errors and path helpers, which import nothing of the package."""
+ENGINE = {*BASE, "spec", "compiler", "runtime", "kernels"}
 ALLOWED = {
     "errors": set(),
-    "spec": {"errors"},
-    "compiler": {"errors", "spec"},
-    "runtime": {"errors", "spec", "compiler", "kernels"},
-    **{user: {"errors", "spec", "compiler", "runtime", "kernels"} for user in ENGINE_USERS},
-    "cli": {"errors", "spec", "compiler", "runtime", "kernels", *ENGINE_USERS},
+    "paths": set(),
+    "spec": set(BASE),
+    "compiler": {*BASE, "spec"},
+    "runtime": {*BASE, "spec", "compiler", "kernels"},
+    "batch": ENGINE,
+    "baselines": ENGINE,
+    "quality": {*ENGINE, "baselines"},
+    "bench": {*ENGINE, "baselines"},
+    "serve": ENGINE,
+    "scale": {*ENGINE, "batch"},
+    "cli": {*ENGINE, "batch", "baselines", "quality", "bench", "serve", "scale"},
     "": {"errors", "spec", "runtime"},  # decisionflow/__init__.py: the public names, the engine lazily
 }
+STEPS = [step for step in ALLOWED if step not in {"", *BASE}]
 
 
 def module_name(path: Path) -> str:
@@ -83,8 +93,17 @@ def test_every_step_imports_only_the_steps_before_it():
 
 def test_the_layout_has_the_pipeline_folders():
     steps = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
-    assert {"spec", "compiler", "runtime", "quality", "bench", "cli"} <= steps
-    assert steps <= set(ALLOWED), f"a folder without import rules: {steps - set(ALLOWED)}"
+    assert set(STEPS) == steps, f"folders without import rules: {steps - set(STEPS)}; rules without a folder: {set(STEPS) - steps}"
+    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert modules <= BASE, f"a module outside every step: {modules - BASE}"
+
+
+def test_each_step_says_what_it_holds_and_the_readme_lists_it():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for step in STEPS:
+        docstring = ast.get_docstring(ast.parse((PACKAGE / step / "__init__.py").read_text(encoding="utf-8")))
+        assert docstring and len(docstring.splitlines()[0]) > 20, f"decisionflow/{step}/__init__.py has no first line saying what it holds"
+        assert f"decisionflow/{step}/ " in readme, f"README's layout block does not list decisionflow/{step}/"
 
 
 def test_the_kernels_import_only_torch_and_triton():

@@ -1,1 +1,1 @@
-"""How fast the answers come: workloads, baselines, the interleaved runner and its report."""
+"""How fast the answers come: workloads, the interleaved runner against the baselines, and its report."""

@@ -108,7 +108,7 @@ class MethodRunner:
 
 def _decisionflow_runner(name: str, engine: Any) -> MethodRunner:
     def run(workload: Workload) -> Any:
-        from ..runtime.generation import MethodResult
+        from ..baselines.generation import MethodResult
 
         decision = engine.decide(workload.rubric, workload.payload)
         stats = decision.stats
@@ -130,7 +130,7 @@ def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[
     of them is asked for."""
     from ..compiler import ReadMode
     from ..runtime.engine import Engine, EngineOptions
-    from . import baselines
+    from ..baselines import generation, grammar, pcd, prefill
 
     if any(name in GENERATING_METHODS for name in methods):
         engine_for_baselines = baseline_engine() if baseline_engine is not None else engine
@@ -149,10 +149,10 @@ def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[
         elif name == "decisionflow_exact":
             runners.append(_decisionflow_runner(name, Engine(engine.loaded, options=EngineOptions(mode=ReadMode.EXACT))))
         elif name == "json_generate":
-            runners.append(MethodRunner(name, lambda w: baselines.json_generate(engine_for_baselines, w.rubric, w.payload), slow=True, prepare=compile_only))
+            runners.append(MethodRunner(name, lambda w: generation.json_generate(engine_for_baselines, w.rubric, w.payload), slow=True, prepare=compile_only))
         elif name == "grammar_constrained":
             try:
-                grammar = baselines.GrammarConstrained(engine_for_baselines)
+                grammar = grammar.GrammarConstrained(engine_for_baselines)
                 runners.append(MethodRunner(
                     name, lambda w, g=grammar: g(w.rubric, w.payload), slow=True,
                     prepare=lambda w, g=grammar: g.compiled_grammar(engine_for_baselines.compile(w.rubric)[0].rubric),
@@ -160,16 +160,16 @@ def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[
             except Unavailable as exc:
                 runners.append(MethodRunner(name, lambda w: None, unavailable=str(exc)))
         elif name == "per_field_prefill":
-            runners.append(MethodRunner(name, lambda w: baselines.per_field_prefill(engine_for_baselines, w.rubric, w.payload), slow=True, prepare=compile_only))
+            runners.append(MethodRunner(name, lambda w: prefill.per_field_prefill(engine_for_baselines, w.rubric, w.payload), slow=True, prepare=compile_only))
         elif name == "copied_prefix":
-            runners.append(MethodRunner(name, lambda w: baselines.copied_prefix(engine_for_baselines, w.rubric, w.payload)))
+            runners.append(MethodRunner(name, lambda w: prefill.copied_prefix(engine_for_baselines, w.rubric, w.payload)))
         elif name == "pcd_rlcd":
-            folder = baselines.converted_model_folder(engine)
+            folder = pcd.converted_model_folder(engine)
             try:
                 if folder is None:
                     raise Unavailable("no local HF folder for this model (pcd cannot read GGUF)")
-                pcd = baselines.PcdRlcd(folder)
-                runners.append(MethodRunner(name, lambda w, p=pcd: p(w.rubric, w.payload, schema=w.pcd_schema)))
+                pcd_engine = pcd.PcdRlcd(folder)
+                runners.append(MethodRunner(name, lambda w, p=pcd_engine: p(w.rubric, w.payload, schema=w.pcd_schema)))
             except Unavailable as exc:
                 runners.append(MethodRunner(name, lambda w: None, unavailable=str(exc)))
         else:

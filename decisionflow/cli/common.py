@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 from ..errors import DataError, DecisionflowError, RubricError, outcome_of
-from ..runtime.resumable_jsonl import existing_ancestor
+from ..paths import existing_ancestor
 from ..spec.references import YAML_SUFFIXES, resolve_rubric, resolve_target
 from ..spec.rubric import Rubric
 from ..spec.text import one_line

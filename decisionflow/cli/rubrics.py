@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich import box
@@ -109,6 +107,7 @@ def plan(
 def add_token_view(data: dict, rubric: Rubric, *, model: str | None, text: str | None, exact: bool, err: Console) -> dict:
     """Extend `plan --json` with what the tokenizer says: rows, their tokens, where each row ends."""
     from ..compiler import ReadMode, compile_rubric
+    from ..compiler.tokens import token_text
     from ..runtime.loading import load_tokenizer
 
     with err.status("loading the tokenizer") as status:
@@ -132,57 +131,6 @@ def add_token_view(data: dict, rubric: Rubric, *, model: str | None, text: str |
     if text is not None:
         view["request_tokens"] = len(compiled.request_tokens(text))
     return view
-
-
-def token_text(tokenizer: Any, ids: Sequence[int]) -> str:
-    """Tokens as text, with the bytes of an incomplete UTF-8 character (a token that ends or begins
-    inside one, such as the first bytes of an emoji) written `<0xF0><0x9F>`, as byte-fallback
-    vocabularies name such tokens, instead of decoding them to U+FFFD."""
-    data = token_bytes(tokenizer, ids)
-    if data is None:
-        return tokenizer.decode(list(ids), clean_up_tokenization_spaces=False)
-    return readable_bytes(data)
-
-
-def token_bytes(tokenizer: Any, ids: Sequence[int]) -> bytes | None:
-    """The bytes `ids` stand for in a byte-level vocabulary (GPT-2 style: SmolLM2, Llama 3, Qwen), or in
-    a byte-fallback one (`<0xF0>` pieces); None for other vocabularies and special tokens."""
-    from ..compiler.tokens import _bytes_to_unicode
-
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    pieces = tokenizer.convert_ids_to_tokens(list(ids))
-    if any(piece is None for piece in pieces) or set(ids) & set(getattr(tokenizer, "all_special_ids", ())):
-        return None
-    if backend is not None and type(backend.decoder).__name__ == "ByteLevel":
-        to_byte = {character: byte for byte, character in _bytes_to_unicode().items()}
-        if all(character in to_byte for piece in pieces for character in piece):
-            return bytes(to_byte[character] for piece in pieces for character in piece)
-        return None
-    if any(_BYTE_PIECE.fullmatch(piece) for piece in pieces):
-        # Sentencepiece pieces: `<0xNN>` is one byte, `▁` a space, anything else its own text.
-        out = bytearray()
-        for piece in pieces:
-            match = _BYTE_PIECE.fullmatch(piece)
-            out += bytes([int(match.group(1), 16)]) if match else piece.replace("\u2581", " ").encode("utf-8")
-        return bytes(out)
-    return None
-
-
-_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
-
-
-def readable_bytes(data: bytes) -> str:
-    """UTF-8 text, each byte that is not part of a complete character written `<0xNN>`."""
-    parts = []
-    while data:
-        try:
-            parts.append(data.decode("utf-8"))
-            break
-        except UnicodeDecodeError as error:
-            parts.append(data[: error.start].decode("utf-8"))
-            parts.extend(f"<0x{byte:02X}>" for byte in data[error.start : error.end])
-            data = data[error.end :]
-    return "".join(parts)
 
 
 def plan_json(result: Plan) -> dict:

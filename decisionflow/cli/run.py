@@ -117,7 +117,7 @@ def run(
         # Answers change under fitted heads: say which file did it, and for which fields.
         say(err, f"heads: {heads_file} (fitted: {', '.join(heads.fitted_fields) or 'none'})")
     if input_path is not None:
-        from ..runtime.input_files import read_rows
+        from ..batch.input_files import read_rows
 
         # A bad file (a missing column, a duplicate id) is refused before the model loads.
         guarded(ctx, err, lambda: read_rows(input_path, text_column=text_column, id_column=id_column))
@@ -151,7 +151,7 @@ def run(
         if breakdown:
             say(err, "timings: " + ", ".join(f"{name} {ms:.0f} ms" for name, ms in breakdown.items()))
         return
-    from ..runtime.resumable_jsonl import decide_file
+    from ..batch.resumable_jsonl import decide_file
 
     assert output_path is not None
     _decide_file_with_progress(ctx, err, "deciding", lambda progress: decide_file(
@@ -164,7 +164,7 @@ def _check_output(ctx: typer.Context, err: Any, target: Any, input_path: Path, o
     """Refuse an --output this run cannot resume into before the model loads (exit 2, like a usage
     error): the input file itself, a folder, another format's name, a place that cannot be written, or
     a file holding anything but this rubric's result records. Nothing is written or rewritten."""
-    from ..runtime.resumable_jsonl import OutputIdentity, OutputRefused, check_output
+    from ..batch.resumable_jsonl import OutputIdentity, OutputRefused, check_output
 
     try:
         check_output(output_path, source=input_path, identity=OutputIdentity.of(target))

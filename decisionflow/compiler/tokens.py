@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import re
+from typing import Any, Iterable, Sequence
 
 
 class TokenizerView:
@@ -50,7 +51,7 @@ def token_texts(tokenizer: Any) -> list[str]:
         return tokenizer.batch_decode([[i] for i in range(size)], clean_up_tokenization_spaces=False)
     # Each printable stand-in character becomes the latin-1 character of its byte (C-speed `translate`);
     # characters outside the byte map are dropped.
-    to_latin1 = {ord(character): chr(byte) for byte, character in _bytes_to_unicode().items()}
+    to_latin1 = {ord(character): chr(byte) for byte, character in bytes_to_unicode().items()}
     added = {index: token.content for index, token in getattr(tokenizer, "added_tokens_decoder", {}).items()}
     texts = []
     for index, piece in enumerate(tokenizer.convert_ids_to_tokens(list(range(size)))):
@@ -64,7 +65,7 @@ def token_texts(tokenizer: Any) -> list[str]:
     return texts
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map, which byte-level vocabularies are written in."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + list(
         range(ord("\u00ae"), ord("\u00ff") + 1)
@@ -77,3 +78,52 @@ def _bytes_to_unicode() -> dict[int, str]:
             characters.append(256 + extra)
             extra += 1
     return {byte: chr(code) for byte, code in zip(printable, characters)}
+
+
+def token_text(tokenizer: Any, ids: Sequence[int]) -> str:
+    """Tokens as text, with the bytes of an incomplete UTF-8 character (a token that ends or begins
+    inside one, such as the first bytes of an emoji) written `<0xF0><0x9F>`, as byte-fallback
+    vocabularies name such tokens, instead of decoding them to U+FFFD."""
+    data = token_bytes(tokenizer, ids)
+    if data is None:
+        return tokenizer.decode(list(ids), clean_up_tokenization_spaces=False)
+    return readable_bytes(data)
+
+
+def token_bytes(tokenizer: Any, ids: Sequence[int]) -> bytes | None:
+    """The bytes `ids` stand for in a byte-level vocabulary (GPT-2 style: SmolLM2, Llama 3, Qwen), or in
+    a byte-fallback one (`<0xF0>` pieces); None for other vocabularies and special tokens."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    pieces = tokenizer.convert_ids_to_tokens(list(ids))
+    if any(piece is None for piece in pieces) or set(ids) & set(getattr(tokenizer, "all_special_ids", ())):
+        return None
+    if backend is not None and type(backend.decoder).__name__ == "ByteLevel":
+        to_byte = {character: byte for byte, character in bytes_to_unicode().items()}
+        if all(character in to_byte for piece in pieces for character in piece):
+            return bytes(to_byte[character] for piece in pieces for character in piece)
+        return None
+    if any(_BYTE_PIECE.fullmatch(piece) for piece in pieces):
+        # Sentencepiece pieces: `<0xNN>` is one byte, `▁` a space, anything else its own text.
+        out = bytearray()
+        for piece in pieces:
+            match = _BYTE_PIECE.fullmatch(piece)
+            out += bytes([int(match.group(1), 16)]) if match else piece.replace("\u2581", " ").encode("utf-8")
+        return bytes(out)
+    return None
+
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def readable_bytes(data: bytes) -> str:
+    """UTF-8 text, each byte that is not part of a complete character written `<0xNN>`."""
+    parts = []
+    while data:
+        try:
+            parts.append(data.decode("utf-8"))
+            break
+        except UnicodeDecodeError as error:
+            parts.append(data[: error.start].decode("utf-8"))
+            parts.extend(f"<0x{byte:02X}>" for byte in data[error.start : error.end])
+            data = data[error.end :]
+    return "".join(parts)

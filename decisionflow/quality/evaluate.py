@@ -227,7 +227,7 @@ def evaluate(
         summary["ablate"] = compare_wordings(engine, rubric, texts, gold, options, field_name, correction=correction,
                                              known=known, progress_for=progress_for)
     if baseline:
-        from ..runtime.generation import json_generate
+        from ..baselines.generation import json_generate
 
         report = progress_for("JSON baseline")
         records = []

@@ -1,1 +1,1 @@
-"""Step 3: torch. Loading models, packed passes over one shared prefix, readout, and the engine."""
+"""Step 3: torch. Loading models, packed passes over one shared prefix, readout, fitted heads, the prepared-rubric cache and the engine."""

@@ -6,9 +6,8 @@
     result.fields["department"].probabilities   # {'billing': 0.93, ...}
 
 A rubric is compiled once per engine (prompt, layout probe, tries) and its head's KV cache is
-computed once and reused by every later request. Prepared rubrics are kept in a bounded LRU cache
-(by count and by the bytes their head caches hold); two threads asking for the same new rubric
-prepare it once.
+computed once and reused by every later request: `engine.prepared` (`runtime.prepared`) keeps them in
+a bounded LRU cache, with the disk store of heads and the content-free priors behind it.
 
 `Engine(loaded)` only reads the model it is given: it calls the model's modules in its own forward
 pass and never changes the model's configuration, attention implementation or weights.
@@ -16,27 +15,26 @@ pass and never changes the model's configuration, attention implementation or we
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ..compiler import Catalog, CompiledRubric, ReadMode, TokenizerView, compile_rubric
-from ..errors import CalibrationError, DecisionflowError, InputError, ModelError, ResultError
+from ..compiler import Catalog, CompiledRubric, ReadMode, TokenizerView
+from ..errors import DecisionflowError, InputError, ModelError, ResultError
 from ..spec.declare import rubric_of, typed_model
-from ..spec.plan import Plan, make_plan
+from ..spec.plan import Plan
 from ..spec.rubric import Rubric
-from .backend import HeadCache, TransformersBackend
+from .backend import TransformersBackend
 from .calibration import Calibration
-from .debias import CONTENT_FREE_INPUTS, Debias, Priors, mean_distribution
+from .debias import Debias
 from .executor import RequestState, check_fits, execute
 from .head_store import DEFAULT_MAX_BYTES, HeadStore, model_fingerprint
 from .heads import Heads, prompt_fingerprint
 from .loading import LoadedModel, Status, cache_root, load_model
 from .ops import KERNEL_CHOICES
+from .prepared import PreparedRubrics
 from .result import Decision, Stats
 
 Progress = Callable[[int, int], None]
@@ -68,50 +66,21 @@ class EngineOptions:
     """The persisted heads' byte budget; the least recently used files go first."""
 
 
-@dataclass
-class _Prepared:
-    compiled: CompiledRubric
-    plan: Plan
-    head: HeadCache | None = None
-    head_ms: float = 0.0
-    head_source: str = ""
-    """How the head was obtained the first time: `prefill` or `disk`."""
-    compile_ms: float = 0.0
-    content_free: dict[str, tuple[float, ...]] | None = None
-    """Per field, its mean distribution over content-free inputs (the contextual-calibration prior)."""
-    prior_ms: float = 0.0
-    prior_source: str = ""
-    """How the content-free prior was obtained: `decided` (the content-free inputs were read) or `disk`."""
-    preparation_reported: bool = False
-    """Whether a request has already reported what preparing the rubric cost (compile, head, prior)."""
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    prior_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def claim_preparation_report(self) -> bool:
-        """True for exactly one caller: the request that reports the preparation's cost."""
-        with self.lock:
-            if self.preparation_reported:
-                return False
-            self.preparation_reported = True
-            return True
-
-    @property
-    def head_bytes(self) -> int:
-        if self.head is None:
-            return 0
-        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.head.kv)
-
-
 class Engine:
     def __init__(self, loaded: LoadedModel, *, options: EngineOptions | None = None):
         self.loaded = loaded
         self.options = options or EngineOptions()
         self.backend = TransformersBackend(loaded.model, kernels=self.options.kernels)
         self.view = TokenizerView(loaded.tokenizer)
-        self._prepared: OrderedDict[tuple[str, str, str, bool | None], _Prepared] = OrderedDict()
-        self._prepared_lock = threading.Lock()
-        self._store: HeadStore | None = None
         self._fingerprint: str | None = None
+        options = self.options
+        self.prepared = PreparedRubrics(
+            self.backend, self.view, mode=options.mode, catalog=options.catalog, pin_first=options.pin_first,
+            max_prepared=options.max_prepared, max_head_bytes=options.max_head_bytes, default_debias=options.debias,
+            store_folder=options.head_store, store_bytes=options.head_store_bytes,
+            fingerprint=lambda: self.model_fingerprint, read_content_free=self._read_content_free,
+        )
+        """The prepared-rubric cache (compiled rows, plans, head caches, content-free priors)."""
 
     @classmethod
     def load(
@@ -145,7 +114,7 @@ class Engine:
 
         `loader`: `auto` reads a checkpoint the engine's own decoder covers without building the
         transformers model (a faster start, the same weights); `transformers` always
-        builds the transformers model, which token-by-token generation (`runtime.generation`) needs.
+        builds the transformers model, which token-by-token generation (`baselines.generation`) needs.
         `pack_weights`: see `loading.load_model` (off for a process that decides one text).
         """
         # Argument mistakes are named before the model loads, not after (a ModelError, like a bad device,
@@ -173,16 +142,11 @@ class Engine:
     @property
     def head_store(self) -> HeadStore | None:
         """The disk store of head caches (None when heads are kept in memory only)."""
-        if self._store is None and self.options.head_store is not None:
-            self._store = HeadStore(
-                self.options.head_store, fingerprint=self.model_fingerprint,
-                dtype=self.backend.dtype, max_bytes=self.options.head_store_bytes,
-            )
-        return self._store
+        return self.prepared.store
 
     def compile(self, target: Any) -> tuple[CompiledRubric, Plan]:
         """The compiled rubric and plan for a decorated class or a Rubric (cached)."""
-        prepared = self._prepare(rubric_of(target))
+        prepared = self.prepared.get(rubric_of(target))
         return prepared.compiled, prepared.plan
 
     def decide(
@@ -255,7 +219,7 @@ class Engine:
     def check_heads(self, heads: Heads, target: Any) -> None:
         """Refuse heads fitted for another model, rubric, prompt or option set (a `HeadsError`)."""
         rubric = rubric_of(target)
-        prepared = self._prepare(rubric)
+        prepared = self.prepared.get(rubric)
         heads.check(rubric, model=self.model_fingerprint, prompt=prompt_fingerprint(prepared.compiled.head_tokens),
                     hidden_size=int(self.backend.config.hidden_size), model_name=getattr(self.loaded, "name", "") or "",
                     dtype=str(self.backend.dtype).removeprefix("torch."))
@@ -286,18 +250,18 @@ class Engine:
             heads = None
         if heads is not None:
             # Checked once per (model, prepared rubric): the heads object remembers what it was checked against.
-            checked = (self.model_fingerprint, self._prepared_key(rubric))
+            checked = (self.model_fingerprint, self.prepared.key(rubric))
             if checked not in heads.checked_for:
                 self.check_heads(heads, rubric)
                 heads.checked_for.add(checked)
         model_cls = typed_model(target)
-        prepared = self._prepare(rubric)
-        priors = self._priors(prepared, rubric, debias, calibration, heads)
+        prepared = self.prepared.get(rubric)
+        priors = self.prepared.priors(prepared, rubric, debias, calibration, heads)
         outcomes: list[Decision | DecisionflowError | None] = [None] * len(payloads)
         tokens = self._admit(prepared.compiled, payloads, outcomes, fail_fast=fail_fast)
         admitted = [i for i, t in enumerate(tokens) if t is not None]
         if admitted:
-            self._ensure_head(prepared)
+            self.prepared.ensure_head(prepared)
         # "Hit": this request did not pay for preparing the rubric (compile, head, prior), which the
         # caller's first request reports, whoever made the head first.
         head_hit = internal or not admitted or not prepared.claim_preparation_report()
@@ -349,6 +313,11 @@ class Engine:
                 raise failed
         return outcomes  # type: ignore[return-value]
 
+    def _read_content_free(self, rubric: Rubric, inputs: Sequence[str]) -> list[Decision | DecisionflowError]:
+        """The model's own, uncorrected reading of content-free inputs (what the content-free prior averages)."""
+        return self._decide(rubric, list(inputs), progress=None, calibration=None, debias=Debias.NONE,
+                            fail_fast=False, internal=True)
+
     def _admit(
         self, compiled: CompiledRubric, payloads: list[Any], outcomes: list[Any], *, fail_fast: bool
     ) -> list[list[int] | None]:
@@ -393,139 +362,6 @@ class Engine:
             refused.input_index = index
             return refused
         return Decision(rubric=rubric.name, value=value, fields=ordered, stats=stats)
-
-    def _priors(
-        self, prepared: _Prepared, rubric: Rubric, call: Debias | str | None, calibration: Calibration | None,
-        heads: Heads | None = None,
-    ) -> Priors | None:
-        """The prior each field is divided by. Per field the method is the one its fitted head was fitted
-        under (its features include the corrected readout), else the call's, else the one the
-        calibration was fitted under, else the field's, else the rubric's, else the engine's: content-free
-        priors are estimated once per rubric; domain priors come from the calibration file (refused when
-        it has none for that field)."""
-        fitted = calibration.corrections() if calibration is not None else {}
-        head_corrections = {name: Debias(method) for name, method in heads.corrections().items()} if heads else {}
-        if call is not None and not isinstance(call, Debias):
-            try:
-                call = Debias(call)
-            except ValueError:
-                raise CalibrationError(
-                    f"unknown readout correction {call!r} (debias: {', '.join(d.value for d in Debias)})"
-                ) from None
-        methods = {
-            name: Debias(head_corrections.get(name) or call or fitted.get(name) or spec.debias or rubric.debias
-                         or self.options.debias)
-            for name, spec in rubric.fields.items()
-        }
-        if all(method is Debias.NONE for method in methods.values()):
-            return None
-        wanted = any(method.uses_content_free_prior for method in methods.values())
-        content_free = self._content_free_prior(prepared, rubric) if wanted else {}
-        domain = calibration.priors(rubric) if calibration is not None else {}
-        fields: dict[str, tuple[Debias, tuple[float, ...]]] = {}
-        for name, method in methods.items():
-            if method.uses_content_free_prior and name in content_free:
-                fields[name] = (method, content_free[name])
-            elif method is Debias.DOMAIN:
-                if name not in domain:
-                    raise CalibrationError(
-                        f"field {name!r} asks for a domain prior, but no calibration with one for it was given "
-                        "(fit one with `decisionflow calibrate --unlabelled`)"
-                    )
-                fields[name] = (method, domain[name])
-        return Priors(fields) if fields else None
-
-    def _content_free_prior(self, prepared: _Prepared, rubric: Rubric) -> dict[str, tuple[float, ...]]:
-        """Each field's mean distribution over the content-free inputs, computed once per rubric."""
-        if prepared.content_free is not None:
-            return prepared.content_free
-        with prepared.prior_lock:
-            if prepared.content_free is None:
-                self._ensure_head(prepared)  # first, so that the prior's time is its own reading only
-                began = time.perf_counter()
-                head_tokens, identity = prepared.compiled.head_tokens, self._prior_identity(rubric)
-                store = self.head_store
-                stored = store.load_prior(head_tokens, identity) if store is not None else None
-                if stored is not None:
-                    prepared.content_free, prepared.prior_source = stored, "disk"
-                    prepared.prior_ms = (time.perf_counter() - began) * 1000
-                    return stored
-                outcomes = self._decide(rubric, list(CONTENT_FREE_INPUTS), progress=None, calibration=None,
-                                        debias=Debias.NONE, fail_fast=False, internal=True)
-                # (`debias=none` for the call: the prior is the model's own, uncorrected distribution.)
-                decided = [o for o in outcomes if isinstance(o, Decision)]
-                priors = {}
-                for name, spec in rubric.fields.items():
-                    seen = [tuple(d.fields[name].probabilities.get(label, 0.0) for label in spec.labels)
-                            for d in decided if d.fields[name].asked and spec.derive is None]
-                    prior = mean_distribution(seen)
-                    if prior is not None:
-                        priors[name] = prior
-                prepared.content_free, prepared.prior_source = priors, "decided"
-                prepared.prior_ms = (time.perf_counter() - began) * 1000
-                if store is not None:
-                    store.save_prior(head_tokens, identity, priors)
-        return prepared.content_free
-
-    def _prior_identity(self, rubric: Rubric) -> dict[str, Any]:
-        """What a rubric's content-free priors depend on besides its head, the model and the dtype."""
-        return {"inputs": list(CONTENT_FREE_INPUTS), "prepared": list(self._prepared_key(rubric))}
-
-    def _prepared_key(self, rubric: Rubric) -> tuple[str, str, str, bool | None]:
-        """Everything that shapes a rubric's compiled prompt, rows and plan in this engine."""
-        return (rubric.key, self.options.mode.value, self.options.catalog.value, self.options.pin_first)
-
-    def _prepare(self, rubric: Rubric) -> _Prepared:
-        key = self._prepared_key(rubric)
-        with self._prepared_lock:
-            prepared = self._prepared.get(key)
-            if prepared is not None:
-                self._prepared.move_to_end(key)
-                return prepared
-        began = time.perf_counter()
-        compiled = compile_rubric(self.tokenizer, rubric, mode=self.options.mode, view=self.view, catalog=self.options.catalog)
-        plan = make_plan(rubric, pin_first=self.options.pin_first)
-        compile_ms = (time.perf_counter() - began) * 1000
-        with self._prepared_lock:
-            # Another thread may have prepared the same rubric meanwhile: keep the first one.
-            prepared = self._prepared.setdefault(key, _Prepared(compiled, plan, compile_ms=compile_ms))
-            self._prepared.move_to_end(key)
-            self._evict(keep=key)
-        return prepared
-
-    def _ensure_head(self, prepared: _Prepared) -> None:
-        """Get the rubric's head cache once (other threads wait for it): from the disk store when it has
-        it, else by a prefill that is then stored."""
-        if prepared.head is not None:
-            return
-        with prepared.lock:
-            if prepared.head is not None:
-                return
-            began = time.perf_counter()
-            tokens = prepared.compiled.head_tokens
-            store = self.head_store
-            head = store.load(tokens, layers=len(self.backend.parts.layers), device=self.backend.device) if store else None
-            prepared.head_source = "disk" if head is not None else "prefill"
-            if head is None:
-                head = self.backend.prefill_head(list(tokens))
-                if store is not None:
-                    store.save(tokens, head)
-            prepared.head = head
-            prepared.head_ms = (time.perf_counter() - began) * 1000
-        with self._prepared_lock:
-            self._evict(keep=next((k for k, p in self._prepared.items() if p is prepared), None))
-
-    def _evict(self, *, keep: Any) -> None:
-        """Drop least recently used rubrics beyond the count and head-byte budgets (caller holds the lock)."""
-        def over() -> bool:
-            heads = sum(p.head_bytes for p in self._prepared.values())
-            return len(self._prepared) > self.options.max_prepared or heads > self.options.max_head_bytes
-
-        for key in list(self._prepared):
-            if not over():
-                break
-            if key != keep:
-                del self._prepared[key]
 
     def _batches(self, compiled: CompiledRubric, all_tokens: Sequence[list[int]]) -> list[list[int]]:
         rows = sum(f.row_length + max(map(len, f.answer_lines)) for f in compiled.fields.values())

@@ -221,7 +221,7 @@ def fit_heads(
             heads[name] = head
         if warning:
             warnings.append(warning)
-    prepared = engine._prepare(rubric)
+    prepared = engine.prepared.get(rubric)
     metadata = HeadsMetadata(
         rubric=rubric.name, rubric_fingerprint=rubric_fingerprint(rubric), model=engine.model_fingerprint,
         model_name=getattr(engine.loaded, "name", "") or "", prompt=prompt_fingerprint(prepared.compiled.head_tokens),

@@ -467,7 +467,7 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status, loader: str) -> tup
 
 def _check_cache_root() -> None:
     """The cache must be a folder that can be made: say so before a conversion, not after it."""
-    from .resumable_jsonl import existing_ancestor
+    from ..paths import existing_ancestor
 
     root = cache_root()
     folder = root if root.exists() else existing_ancestor(root)

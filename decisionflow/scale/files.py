@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from ..runtime.input_files import read_rows
-from ..runtime.resumable_jsonl import BatchSummary, OutputIdentity, ResumableOutput
+from ..batch.input_files import read_rows
+from ..batch.resumable_jsonl import BatchSummary, OutputIdentity, ResumableOutput
 from .actor import ERROR_OUT, ID_OUT, RESULT_OUT
 from .dataset import RayOptions, connect, decide_dataset, import_ray
 

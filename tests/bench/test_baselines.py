@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from decisionflow.bench.baselines import json_schema
+from decisionflow.baselines.grammar import json_schema
 from decisionflow.bench.presets import default_data_dir, first_fields, load_preset
 from decisionflow.bench.workloads import build_workloads, workload_text
 from decisionflow.spec.rubric import Rubric

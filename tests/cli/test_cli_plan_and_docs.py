@@ -13,7 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from decisionflow.cli import app
-from decisionflow.cli.rubrics import readable_bytes, token_text
+from decisionflow.compiler.tokens import readable_bytes, token_text
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -73,9 +73,9 @@ def _byte_level_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from decisionflow.compiler.tokens import _bytes_to_unicode
+    from decisionflow.compiler.tokens import bytes_to_unicode
 
-    vocab = {character: index for index, character in enumerate(_bytes_to_unicode().values())}
+    vocab = {character: index for index, character in enumerate(bytes_to_unicode().values())}
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import decisionflow.cli.run as run_command
 from decisionflow.cli import app
-from decisionflow.runtime.resumable_jsonl import OutputIdentity, ResumableOutput
+from decisionflow.batch.resumable_jsonl import OutputIdentity, ResumableOutput
 from decisionflow.spec.yaml_rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from decisionflow.errors import DataError
-from decisionflow.runtime.resumable_jsonl import (
+from decisionflow.batch.resumable_jsonl import (
     ResumableOutput,
     decide_file,
     encode_record,

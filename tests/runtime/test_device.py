@@ -67,7 +67,7 @@ def test_a_bfloat16_engine_keeps_everything_in_bfloat16():
     half = Engine.load(dtype="bfloat16", persist_heads=False)
     result = half.decide(RUBRIC, TEXT)
     assert result.stats.dtype == "bfloat16"
-    prepared = next(iter(half._prepared.values()))
+    prepared = next(iter(half.prepared.values()))
     assert all(k.dtype is torch.bfloat16 and v.dtype is torch.bfloat16 for k, v in prepared.head.kv)
     for field in result.fields.values():
         assert sum(field.probabilities.values()) == pytest.approx(1.0)

@@ -63,7 +63,7 @@ def test_packed_rows_match_each_row_run_alone(engine: Engine):
 def test_head_cache_is_not_changed_by_a_request(engine: Engine):
     engine.decide(FLAT, TICKET)
     compiled, _ = engine.compile(FLAT)
-    prepared = next(p for p in engine._prepared.values() if p.compiled is compiled)
+    prepared = next(p for p in engine.prepared.values() if p.compiled is compiled)
     before = [(k.clone(), v.clone()) for k, v in prepared.head.kv]
     engine.decide(FLAT, "My parcel never arrived.")
     assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v), (k0, v0) in zip(prepared.head.kv, before))

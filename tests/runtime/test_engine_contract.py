@@ -135,12 +135,12 @@ def test_prepared_rubrics_are_bounded(engine: Engine):
     rubrics = [Rubric.model_validate({**RUBRIC.model_dump(), "name": f"copy_{i}"}) for i in range(3)]
     for rubric in rubrics:
         small.decide(rubric, TEXTS[0])
-    assert len(small._prepared) == 2
-    assert [p.compiled.rubric.name for p in small._prepared.values()] == ["copy_1", "copy_2"]
+    assert len(small.prepared) == 2
+    assert [p.compiled.rubric.name for p in small.prepared.values()] == ["copy_1", "copy_2"]
     tight = Engine(engine.loaded, options=EngineOptions(max_head_bytes=1))
     for rubric in rubrics:
         tight.decide(rubric, TEXTS[0])
-    assert [p.compiled.rubric.name for p in tight._prepared.values()] == ["copy_2"]  # the one in use stays
+    assert [p.compiled.rubric.name for p in tight.prepared.values()] == ["copy_2"]  # the one in use stays
 
 
 def test_first_use_from_two_threads_prefills_the_head_once(engine: Engine):
@@ -166,7 +166,7 @@ def test_first_use_from_two_threads_prefills_the_head_once(engine: Engine):
     for thread in threads:
         thread.join()
     assert len(calls) == 1
-    assert len(fresh._prepared) == 1
+    assert len(fresh.prepared) == 1
     # Exactly one of the two first requests reports what preparing the rubric cost.
     assert sorted(r.stats.head_cache_hit for r in results) == [False, True]
     for slot in range(2):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow.runtime.resumable_jsonl import decide_file, rubric_fingerprint
+from decisionflow.batch.resumable_jsonl import decide_file, rubric_fingerprint
 from decisionflow.spec.yaml_rubric import load_rubric
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]

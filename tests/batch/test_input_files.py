@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from decisionflow.cli import app
 from decisionflow.errors import DataError
-from decisionflow.runtime.input_files import input_format, read_rows
+from decisionflow.batch.input_files import input_format, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTIMENT = str(ROOT / "workflows" / "sentiment.yaml")

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, NoReturn
 
 from ..errors import DataError, DecisionflowError
+from ..paths import existing_ancestor
 from .input_files import CSV_SUFFIXES, PARQUET_SUFFIXES, TEXT_KEYS, InputRow, read_rows
 
 __all__ = [
@@ -124,14 +125,6 @@ def _check_path(path: Path, source: Path | None) -> None:
         raise OutputRefused(f"{path}: cannot create the output's folder, {ancestor} is a file")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise OutputRefused(f"{path}: no permission to create the output in {ancestor}")
-
-
-def existing_ancestor(path: Path) -> Path:
-    """The nearest folder above `path` that exists (or a file there, which blocks creating `path`)."""
-    ancestor = path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    return ancestor
 
 
 def _same_file(source: Path, path: Path) -> bool:

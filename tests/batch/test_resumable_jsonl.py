@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from decisionflow.errors import DataError
-from decisionflow.runtime.resumable_jsonl import (
+from decisionflow.batch.resumable_jsonl import (
     OutputIdentity,
     OutputRefused,
     ResumableOutput,
@@ -162,7 +162,7 @@ def test_the_input_file_a_folder_or_another_format_is_refused_as_output(tmp_path
 
 
 def test_an_output_that_cannot_be_written_is_refused(tmp_path, monkeypatch):
-    import decisionflow.runtime.resumable_jsonl as resumable
+    import decisionflow.batch.resumable_jsonl as resumable
 
     monkeypatch.setattr(resumable.os, "access", lambda *args, **kwargs: False)  # as a user without permission
     with pytest.raises(OutputRefused, match="no permission to create the output in"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from decisionflow.errors import Unavailable
-from decisionflow.runtime.generation import _BraceTracker, json_generate, parse_answer
+from decisionflow.baselines.generation import _BraceTracker, json_generate, parse_answer
 from decisionflow.spec.rubric import Rubric
 
 RUBRIC = Rubric.model_validate({
@@ -44,7 +44,7 @@ def test_conditional_field_may_be_absent_or_null(conditional):
 
 
 def test_an_options_by_field_a_parent_answer_offers_nothing_may_be_null_and_appears_so_in_the_schema():
-    from decisionflow.bench.baselines import json_schema
+    from decisionflow.baselines.grammar import json_schema
 
     rubric = Rubric.model_validate({"name": "areas", "fields": {
         "area": {"kind": "choice", "question": "Area", "options": ["bank", "travel", "other"]},

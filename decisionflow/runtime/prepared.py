@@ -1,0 +1,287 @@
+"""The engine's prepared rubrics: what a rubric costs once, kept for every later request.
+
+Preparing a rubric means compiling it (prompt, layout probe, answer tries) and planning its rounds,
+then, on its first request, getting its head's KV cache (from the disk store, else by one prefill
+that is then stored) and, when a readout correction needs it, its content-free prior (the mean
+distribution over content-free inputs, also stored on disk). `PreparedRubrics` keeps these in a
+least-recently-used cache bounded by count and by the bytes the head caches hold (the rubric in use
+is always kept); two threads asking for the same new rubric prepare it once.
+
+It also chooses, per request, the prior each field's reading is divided by (`priors`), because the
+content-free priors it holds are one of the sources.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from ..compiler import Catalog, CompiledRubric, ReadMode, TokenizerView, compile_rubric
+from ..errors import CalibrationError
+from ..spec.plan import Plan, make_plan
+from ..spec.rubric import Rubric
+from .backend import HeadCache, TransformersBackend
+from .calibration import Calibration
+from .debias import CONTENT_FREE_INPUTS, Debias, Priors, mean_distribution
+from .head_store import HeadStore
+from .heads import Heads
+from .result import Decision
+
+PreparedKey = tuple[str, str, str, bool | None]
+ContentFreeReader = Callable[[Rubric, Sequence[str]], list[Any]]
+"""Decides content-free inputs with the rubric, uncorrected: one `Decision` (or error) per input."""
+
+
+@dataclass
+class PreparedRubric:
+    compiled: CompiledRubric
+    plan: Plan
+    head: HeadCache | None = None
+    head_ms: float = 0.0
+    head_source: str = ""
+    """How the head was obtained the first time: `prefill` or `disk`."""
+    compile_ms: float = 0.0
+    content_free: dict[str, tuple[float, ...]] | None = None
+    """Per field, its mean distribution over content-free inputs (the contextual-calibration prior)."""
+    prior_ms: float = 0.0
+    prior_source: str = ""
+    """How the content-free prior was obtained: `decided` (the content-free inputs were read) or `disk`."""
+    preparation_reported: bool = False
+    """Whether a request has already reported what preparing the rubric cost (compile, head, prior)."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    prior_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def claim_preparation_report(self) -> bool:
+        """True for exactly one caller: the request that reports the preparation's cost."""
+        with self.lock:
+            if self.preparation_reported:
+                return False
+            self.preparation_reported = True
+            return True
+
+    @property
+    def head_bytes(self) -> int:
+        if self.head is None:
+            return 0
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.head.kv)
+
+
+@dataclass
+class CacheCounts:
+    """What the cache has done since it was made (the server's metrics read these)."""
+
+    hits: int = 0
+    prepared: int = 0
+    """Rubrics compiled (a miss)."""
+    heads_prefilled: int = 0
+    heads_loaded: int = 0
+    evicted: int = 0
+
+
+class PreparedRubrics:
+    """Prepared rubrics keyed by everything that shapes their compiled prompt, rows and plan."""
+
+    def __init__(
+        self,
+        backend: TransformersBackend,
+        view: TokenizerView,
+        *,
+        mode: ReadMode,
+        catalog: Catalog,
+        pin_first: bool | None,
+        max_prepared: int,
+        max_head_bytes: int,
+        default_debias: Debias,
+        store_folder: Path | None,
+        store_bytes: int,
+        fingerprint: Callable[[], str],
+        read_content_free: ContentFreeReader,
+    ):
+        self.backend = backend
+        self.view = view
+        self.mode, self.catalog, self.pin_first = mode, catalog, pin_first
+        self.max_prepared, self.max_head_bytes = max_prepared, max_head_bytes
+        self.default_debias = default_debias
+        self.counts = CacheCounts()
+        self._store_folder, self._store_bytes, self._fingerprint = store_folder, store_bytes, fingerprint
+        self._store: HeadStore | None = None
+        self._read_content_free = read_content_free
+        self._entries: OrderedDict[PreparedKey, PreparedRubric] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- what is held ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, rubric: Rubric) -> bool:
+        return self.key(rubric) in self._entries
+
+    def values(self) -> Iterator[PreparedRubric]:
+        with self._lock:
+            return iter(list(self._entries.values()))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    @property
+    def head_bytes(self) -> int:
+        """Bytes of the head KV caches held across prepared rubrics."""
+        with self._lock:
+            return sum(p.head_bytes for p in self._entries.values())
+
+    @property
+    def store(self) -> HeadStore | None:
+        """The disk store of head caches and priors (None when they are kept in memory only)."""
+        if self._store is None and self._store_folder is not None:
+            self._store = HeadStore(self._store_folder, fingerprint=self._fingerprint(), dtype=self.backend.dtype,
+                                    max_bytes=self._store_bytes)
+        return self._store
+
+    def key(self, rubric: Rubric) -> PreparedKey:
+        """Everything that shapes a rubric's compiled prompt, rows and plan in this engine."""
+        return (rubric.key, self.mode.value, self.catalog.value, self.pin_first)
+
+    # -- preparing ---------------------------------------------------------------------------
+
+    def get(self, rubric: Rubric) -> PreparedRubric:
+        """The rubric compiled and planned (its head comes with `ensure_head`)."""
+        key = self.key(rubric)
+        with self._lock:
+            prepared = self._entries.get(key)
+            if prepared is not None:
+                self._entries.move_to_end(key)
+                self.counts.hits += 1
+                return prepared
+        began = time.perf_counter()
+        compiled = compile_rubric(self.view.tokenizer, rubric, mode=self.mode, view=self.view, catalog=self.catalog)
+        plan = make_plan(rubric, pin_first=self.pin_first)
+        compile_ms = (time.perf_counter() - began) * 1000
+        with self._lock:
+            # Another thread may have prepared the same rubric meanwhile: keep the first one.
+            if key not in self._entries:
+                self.counts.prepared += 1
+            prepared = self._entries.setdefault(key, PreparedRubric(compiled, plan, compile_ms=compile_ms))
+            self._entries.move_to_end(key)
+            self._evict(keep=key)
+        return prepared
+
+    def ensure_head(self, prepared: PreparedRubric) -> None:
+        """Get the rubric's head cache once (other threads wait for it): from the disk store when it has
+        it, else by a prefill that is then stored."""
+        if prepared.head is not None:
+            return
+        with prepared.lock:
+            if prepared.head is not None:
+                return
+            began = time.perf_counter()
+            tokens = prepared.compiled.head_tokens
+            store = self.store
+            head = store.load(tokens, layers=len(self.backend.parts.layers), device=self.backend.device) if store else None
+            prepared.head_source = "disk" if head is not None else "prefill"
+            if head is None:
+                head = self.backend.prefill_head(list(tokens))
+                if store is not None:
+                    store.save(tokens, head)
+            prepared.head = head
+            prepared.head_ms = (time.perf_counter() - began) * 1000
+        with self._lock:
+            if prepared.head_source == "disk":
+                self.counts.heads_loaded += 1
+            else:
+                self.counts.heads_prefilled += 1
+            self._evict(keep=next((k for k, p in self._entries.items() if p is prepared), None))
+
+    def _evict(self, *, keep: Any) -> None:
+        """Drop least recently used rubrics beyond the count and head-byte budgets (caller holds the lock)."""
+        def over() -> bool:
+            heads = sum(p.head_bytes for p in self._entries.values())
+            return len(self._entries) > self.max_prepared or heads > self.max_head_bytes
+
+        for key in list(self._entries):
+            if not over():
+                break
+            if key != keep:
+                del self._entries[key]
+                self.counts.evicted += 1
+
+    # -- priors ------------------------------------------------------------------------------
+
+    def priors(
+        self, prepared: PreparedRubric, rubric: Rubric, call: Debias | str | None, calibration: Calibration | None,
+        heads: Heads | None = None,
+    ) -> Priors | None:
+        """The prior each field is divided by. Per field the method is the one its fitted head was fitted
+        under (its features include the corrected readout), else the call's, else the one the
+        calibration was fitted under, else the field's, else the rubric's, else the engine's: content-free
+        priors are estimated once per rubric; domain priors come from the calibration file (refused when
+        it has none for that field)."""
+        fitted = calibration.corrections() if calibration is not None else {}
+        head_corrections = {name: Debias(method) for name, method in heads.corrections().items()} if heads else {}
+        if call is not None and not isinstance(call, Debias):
+            try:
+                call = Debias(call)
+            except ValueError:
+                raise CalibrationError(
+                    f"unknown readout correction {call!r} (debias: {', '.join(d.value for d in Debias)})"
+                ) from None
+        methods = {
+            name: Debias(head_corrections.get(name) or call or fitted.get(name) or spec.debias or rubric.debias
+                         or self.default_debias)
+            for name, spec in rubric.fields.items()
+        }
+        if all(method is Debias.NONE for method in methods.values()):
+            return None
+        wanted = any(method.uses_content_free_prior for method in methods.values())
+        content_free = self.content_free_prior(prepared, rubric) if wanted else {}
+        domain = calibration.priors(rubric) if calibration is not None else {}
+        fields: dict[str, tuple[Debias, tuple[float, ...]]] = {}
+        for name, method in methods.items():
+            if method.uses_content_free_prior and name in content_free:
+                fields[name] = (method, content_free[name])
+            elif method is Debias.DOMAIN:
+                if name not in domain:
+                    raise CalibrationError(
+                        f"field {name!r} asks for a domain prior, but no calibration with one for it was given "
+                        "(fit one with `decisionflow calibrate --unlabelled`)"
+                    )
+                fields[name] = (method, domain[name])
+        return Priors(fields) if fields else None
+
+    def content_free_prior(self, prepared: PreparedRubric, rubric: Rubric) -> dict[str, tuple[float, ...]]:
+        """Each field's mean distribution over the content-free inputs, computed once per rubric."""
+        if prepared.content_free is not None:
+            return prepared.content_free
+        with prepared.prior_lock:
+            if prepared.content_free is None:
+                self.ensure_head(prepared)  # first, so that the prior's time is its own reading only
+                began = time.perf_counter()
+                head_tokens, identity = prepared.compiled.head_tokens, self.prior_identity(rubric)
+                store = self.store
+                stored = store.load_prior(head_tokens, identity) if store is not None else None
+                if stored is not None:
+                    prepared.content_free, prepared.prior_source = stored, "disk"
+                    prepared.prior_ms = (time.perf_counter() - began) * 1000
+                    return stored
+                decided = [o for o in self._read_content_free(rubric, CONTENT_FREE_INPUTS) if isinstance(o, Decision)]
+                priors = {}
+                for name, spec in rubric.fields.items():
+                    seen = [tuple(d.fields[name].probabilities.get(label, 0.0) for label in spec.labels)
+                            for d in decided if d.fields[name].asked and spec.derive is None]
+                    prior = mean_distribution(seen)
+                    if prior is not None:
+                        priors[name] = prior
+                prepared.content_free, prepared.prior_source = priors, "decided"
+                prepared.prior_ms = (time.perf_counter() - began) * 1000
+                if store is not None:
+                    store.save_prior(head_tokens, identity, priors)
+        return prepared.content_free
+
+    def prior_identity(self, rubric: Rubric) -> dict[str, Any]:
+        """What a rubric's content-free priors depend on besides its head, the model and the dtype."""
+        return {"inputs": list(CONTENT_FREE_INPUTS), "prepared": list(self.key(rubric))}
