@@ -82,6 +82,10 @@ class Unavailable(DecisionflowError, RuntimeError):
     """Something optional cannot run on this machine (a missing package or device); the reason says why."""
 
 
+class ClusterError(DecisionflowError, RuntimeError):
+    """A Ray run stopped after its bounded retries (engine actors kept dying, or a task kept failing)."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     exit_code: int

@@ -128,11 +128,13 @@ class HeadStore:
             # from such a file would turn every answer into a pick among NaNs.
             if not all(bool(torch.isfinite(t).all()) for pair in kv for t in pair):
                 raise ValueError("it holds values that are not finite (the file is damaged)")
+        except FileNotFoundError:
+            return None  # removed meanwhile by another process sharing the folder
         except Exception as error:  # noqa: BLE001 - a damaged cache file must never fail a request
             warnings.warn(f"ignoring the stored head {path.name}: {error}", HeadCacheWarning, stacklevel=2)
             path.unlink(missing_ok=True)
             return None
-        os.utime(path)  # recently used: evicted last
+        _touch(path)  # recently used: evicted last
         return HeadCache(kv=kv, length=len(head_tokens))
 
     def save(self, head_tokens: tuple[int, ...] | list[int], head: HeadCache) -> None:
@@ -161,11 +163,13 @@ class HeadStore:
         try:
             stored = json.loads(path.read_text(encoding="utf-8"))
             priors = {str(name): tuple(float(p) for p in values) for name, values in stored["priors"].items()}
+        except FileNotFoundError:
+            return None  # removed meanwhile by another process sharing the folder
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             warnings.warn(f"ignoring the stored prior {path.name}: {error}", HeadCacheWarning, stacklevel=2)
             path.unlink(missing_ok=True)
             return None
-        os.utime(path)
+        _touch(path)
         return priors
 
     def save_prior(self, head_tokens: tuple[int, ...] | list[int], identity: dict[str, Any],
@@ -191,13 +195,29 @@ class HeadStore:
         return True
 
     def evict(self, *, keep: Path | None = None) -> None:
-        files = sorted([*self.folder.glob("*.safetensors"), *self.folder.glob("*.prior.json")],
-                       key=lambda p: p.stat().st_mtime)
-        total = sum(p.stat().st_size for p in files)
-        for file in files:
+        """Remove the least recently used files beyond the byte budget. Other processes (serving workers,
+        Ray actors) may share the folder and remove files meanwhile: a file gone is simply not counted."""
+        sizes: list[tuple[float, int, Path]] = []
+        for file in [*self.folder.glob("*.safetensors"), *self.folder.glob("*.prior.json")]:
+            try:
+                status = file.stat()
+            except FileNotFoundError:
+                continue
+            sizes.append((status.st_mtime, status.st_size, file))
+        sizes.sort(key=lambda entry: entry[0])
+        total = sum(size for _, size, _ in sizes)
+        for _, size, file in sizes:
             if total <= self.max_bytes:
                 break
             if file == keep:
                 continue
-            total -= file.stat().st_size
+            total -= size
             file.unlink(missing_ok=True)
+
+
+def _touch(path: Path) -> None:
+    """Mark a file recently used; another process may have removed it since it was read."""
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        pass

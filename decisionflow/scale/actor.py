@@ -4,11 +4,17 @@
 to its token budget per pass), so packing happens inside each actor's batches and nothing here
 schedules work. The class is plain Python: Ray pickles it with its constructor arguments and builds
 one instance per actor.
+
+A row that cannot be decided comes back with its `error`, never failing the batch. When something
+other than a `DecisionflowError` fails a whole batch (the device out of memory, say), the batch's
+rows are decided one at a time, so only the culprit fails; errors that concern the whole rubric (a
+calibration or heads file that does not fit it) still fail the run, since no row could succeed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Mapping
 
 from ..errors import DecisionflowError
@@ -18,6 +24,8 @@ RESULT_OUT = "result"
 """The decision as `decisionflow run --json` prints it, as a JSON string; null when the row failed."""
 ERROR_OUT = "error"
 """Why the row could not be decided; null when it was."""
+
+log = logging.getLogger("decisionflow.scale")
 
 
 def output_schema() -> Any:
@@ -59,7 +67,7 @@ class DecisionActor:
     def __call__(self, batch: Mapping[str, Any]) -> Any:
         ids = [str(plain(value)) for value in batch[self.id_column]]
         payloads = [self._payload(value) for value in batch[self.text_column]]
-        outcomes = self.engine.decide_each(self.target, payloads, calibration=self.calibration, heads=self.heads)
+        outcomes = self._decide(payloads)
         results: list[str | None] = []
         errors: list[str | None] = []
         for outcome in outcomes:
@@ -67,6 +75,9 @@ class DecisionActor:
                 outcome.input_index = None  # the row's id names it
                 results.append(None)
                 errors.append(str(outcome))
+            elif isinstance(outcome, Exception):
+                results.append(None)
+                errors.append(f"the engine failed on this row: {type(outcome).__name__}: {outcome}")
             else:
                 results.append(json.dumps(outcome.to_dict(), ensure_ascii=False))
                 errors.append(None)
@@ -75,6 +86,23 @@ class DecisionActor:
         import pyarrow
 
         return pyarrow.table({ID_OUT: ids, RESULT_OUT: results, ERROR_OUT: errors}, schema=output_schema())
+
+    def _decide(self, payloads: list[Any]) -> list[Any]:
+        """Per row, its decision or its error; a batch that fails as a whole is retried one row at a time."""
+        try:
+            return self.engine.decide_each(self.target, payloads, calibration=self.calibration, heads=self.heads)
+        except DecisionflowError:
+            raise  # the rubric, calibration or heads do not fit: every row would fail the same way
+        except Exception as error:  # noqa: BLE001 - one row's failure must not cost the batch
+            if len(payloads) == 1:
+                log.exception("deciding a row failed")
+                return [error]
+            log.warning("a batch of %d rows failed (%s: %s); deciding its rows one at a time",
+                        len(payloads), type(error).__name__, error)
+        outcomes: list[Any] = []
+        for payload in payloads:
+            outcomes.extend(self._decide([payload]))
+        return outcomes
 
     def _payload(self, value: Any) -> Any:
         value = plain(value)

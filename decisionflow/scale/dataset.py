@@ -52,6 +52,10 @@ class RayOptions:
     pin_first: bool | None = None
     loader: str | None = None
     """None: the engine's default (`auto`: its own decoder where it reproduces the checkpoint exactly)."""
+    max_restarts: int = 2
+    """Times Ray restarts an engine actor whose process died (Ray Data's own default is forever)."""
+    max_task_retries: int = 2
+    """Times a batch that was running on a dying actor is retried on its restart (Ray Data's default: forever)."""
 
 
 def import_ray() -> Any:
@@ -104,7 +108,6 @@ def decide_dataset(
         "model": options.model, "mode": options.mode, "pin_first": options.pin_first, "dtype": options.dtype,
         "device": options.device or ("cuda" if gpus > 0 else None), "loader": options.loader,
     }
-    remote = {"memory": options.memory_per_actor} if options.memory_per_actor else {}
     return dataset.map_batches(
         DecisionActor,
         fn_constructor_args=(target,),
@@ -117,8 +120,18 @@ def decide_dataset(
         batch_format="numpy",
         num_cpus=options.cpus_per_actor,
         num_gpus=gpus,
-        **remote,
+        **actor_remote_args(options),
     )
+
+
+def actor_remote_args(options: RayOptions) -> dict[str, Any]:
+    """What each engine actor is created with besides its CPUs and GPUs. Restarts and retries are
+    bounded: a process that keeps dying (out of memory, a crashing driver) ends the run with an error
+    after a few tries instead of being restarted forever, Ray Data's own default."""
+    remote: dict[str, Any] = {"max_restarts": options.max_restarts, "max_task_retries": options.max_task_retries}
+    if options.memory_per_actor:
+        remote["memory"] = options.memory_per_actor
+    return remote
 
 
 def _pickle_class_by_value(ray: Any, target: Any) -> None:

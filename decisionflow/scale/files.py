@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..batch.input_files import read_rows
+from ..errors import ClusterError, DecisionflowError
 from ..batch.resumable_jsonl import BatchSummary, OutputIdentity, ResumableOutput
 from .actor import ERROR_OUT, ID_OUT, RESULT_OUT
 from .dataset import RayOptions, connect, decide_dataset, import_ray
@@ -52,17 +53,38 @@ def decide_file_on_ray(
                     dataset, target, options, text_column="payload", id_column=ID_OUT,
                     calibration=calibration, heads=heads, payload_is_json=True,
                 )
-                for batch in results.iter_batches(batch_size=None, batch_format="numpy"):
-                    records = list(_records(batch, given_ids))
-                    out.write_chunk(records)
-                    failed += sum("error" in record for record in records)
-                    decided += sum("error" not in record for record in records)
-                    if progress:
-                        progress(skipped + decided + failed, len(rows))
+                try:
+                    for batch in results.iter_batches(batch_size=None, batch_format="numpy"):
+                        records = list(_records(batch, given_ids))
+                        out.write_chunk(records)
+                        failed += sum("error" in record for record in records)
+                        decided += sum("error" not in record for record in records)
+                        if progress:
+                            progress(skipped + decided + failed, len(rows))
+                except ray.exceptions.RayError as error:
+                    raise _cluster_error(error, options, written=decided + failed, output=output) from error
             finally:
                 if started:
                     ray.shutdown()
     return BatchSummary(total=len(rows), decided=decided, skipped=skipped, failed=failed, repaired=out.repaired)
+
+
+def _cluster_error(error: Exception, options: RayOptions, *, written: int, output: Path) -> DecisionflowError:
+    """The run's end, said plainly: a DecisionflowError an actor raised keeps its own message; anything
+    else (an actor that died past its restarts, a task that failed past its retries) becomes a ClusterError."""
+    seen: BaseException | None = error
+    for _ in range(8):  # Ray wraps an actor's exception (RayTaskError, its user-code wrapper) a few levels deep
+        if seen is None:
+            break
+        if isinstance(seen, DecisionflowError):
+            return seen
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return ClusterError(
+        f"the Ray run stopped ({type(error).__name__}: {first_line}) after at most {options.max_restarts} actor "
+        f"restarts and {options.max_task_retries} retries per batch; {written} records written to {output} "
+        "are kept, and running the same command again resumes after them"
+    )
 
 
 def _records(batch: dict[str, Any], given_ids: dict[str, str | int]) -> Any:

@@ -141,6 +141,12 @@ def test_prepared_rubrics_are_bounded(engine: Engine):
     for rubric in rubrics:
         tight.decide(rubric, TEXTS[0])
     assert [p.compiled.rubric.name for p in tight.prepared.values()] == ["copy_2"]  # the one in use stays
+    # What the cache did, as the server's metrics read it: three rubrics prepared (each with one head
+    # prefill and the content-free prior read through the same cache), two evicted, the rest hits.
+    assert (tight.prepared.counts.prepared, tight.prepared.counts.heads_prefilled, tight.prepared.counts.evicted) == (3, 3, 2)
+    assert tight.prepared.counts.hits > 0
+    assert rubrics[2] in tight.prepared and rubrics[0] not in tight.prepared
+    assert tight.prepared.head_bytes == next(iter(tight.prepared.values())).head_bytes > 0
 
 
 def test_first_use_from_two_threads_prefills_the_head_once(engine: Engine):

@@ -167,3 +167,19 @@ def test_a_damaged_prior_file_is_ignored_with_a_warning(engine, tmp_path):
         again = fresh(engine.loaded, tmp_path).decide(RUBRIC, TEXT)
     assert again.to_dict()["fields"] == first.to_dict()["fields"]
     assert json.loads(stored.read_text(encoding="utf-8"))["priors"]  # recomputed and rewritten
+
+
+def test_eviction_skips_files_another_process_removed_meanwhile(tmp_path):
+    """Workers sharing the folder evict at the same time: a file listed but gone before it is measured
+    (here a link whose target was removed) is skipped, not a FileNotFoundError that fails a request."""
+    from decisionflow.runtime.backend import HeadCache
+    from decisionflow.runtime.head_store import HeadStore
+
+    (tmp_path / "gone.safetensors").symlink_to(tmp_path / "removed-by-another-worker")
+    store = HeadStore(tmp_path, fingerprint="test", dtype=torch.float32, max_bytes=1)
+    head = HeadCache(kv=[(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))], length=3)
+    store.save([1, 2, 3], head)  # over budget: evicts, meeting the dangling entry
+    assert store.path([1, 2, 3]).is_file()  # the one just written is kept
+    assert store.load([1, 2, 3], layers=1, device=torch.device("cpu")) is not None
+    store.path([1, 2, 3]).unlink()
+    assert store.load([1, 2, 3], layers=1, device=torch.device("cpu")) is None
