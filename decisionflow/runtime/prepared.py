@@ -5,7 +5,9 @@ then, on its first request, getting its head's KV cache (from the disk store, el
 that is then stored) and, when a readout correction needs it, its content-free prior (the mean
 distribution over content-free inputs, also stored on disk). `PreparedRubrics` keeps these in a
 least-recently-used cache bounded by count and by the bytes the head caches hold (the rubric in use
-is always kept); two threads asking for the same new rubric prepare it once.
+and pinned rubrics, such as the ones a server offers by name, are always kept); two threads asking
+for the same new rubric prepare it once. A caller may check a compiled rubric before it is kept
+(`get(rubric, check=...)`): one it refuses costs its compilation and nothing else.
 
 It also chooses, per request, the prior each field's reading is divided by (`priors`), because the
 content-free priors it holds are one of the sources.
@@ -111,6 +113,7 @@ class PreparedRubrics:
         self._store: HeadStore | None = None
         self._read_content_free = read_content_free
         self._entries: OrderedDict[PreparedKey, PreparedRubric] = OrderedDict()
+        self._pinned: set[PreparedKey] = set()
         self._lock = threading.Lock()
 
     # -- what is held ------------------------------------------------------------------------
@@ -128,6 +131,11 @@ class PreparedRubrics:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+    def pin(self, rubric: Rubric) -> None:
+        """Never evict `rubric` once prepared (it still counts toward the budgets)."""
+        with self._lock:
+            self._pinned.add(self.key(rubric))
 
     @property
     def head_bytes(self) -> int:
@@ -149,8 +157,9 @@ class PreparedRubrics:
 
     # -- preparing ---------------------------------------------------------------------------
 
-    def get(self, rubric: Rubric) -> PreparedRubric:
-        """The rubric compiled and planned (its head comes with `ensure_head`)."""
+    def get(self, rubric: Rubric, *, check: Callable[[PreparedRubric], None] | None = None) -> PreparedRubric:
+        """The rubric compiled and planned (its head comes with `ensure_head`). `check` sees a newly
+        compiled rubric before it is kept and may refuse it by raising: nothing is then cached."""
         key = self.key(rubric)
         with self._lock:
             prepared = self._entries.get(key)
@@ -162,11 +171,14 @@ class PreparedRubrics:
         compiled = compile_rubric(self.view.tokenizer, rubric, mode=self.mode, view=self.view, catalog=self.catalog)
         plan = make_plan(rubric, pin_first=self.pin_first)
         compile_ms = (time.perf_counter() - began) * 1000
+        made = PreparedRubric(compiled, plan, compile_ms=compile_ms)
+        if check is not None:
+            check(made)
         with self._lock:
             # Another thread may have prepared the same rubric meanwhile: keep the first one.
             if key not in self._entries:
                 self.counts.prepared += 1
-            prepared = self._entries.setdefault(key, PreparedRubric(compiled, plan, compile_ms=compile_ms))
+            prepared = self._entries.setdefault(key, made)
             self._entries.move_to_end(key)
             self._evict(keep=key)
         return prepared
@@ -206,7 +218,7 @@ class PreparedRubrics:
         for key in list(self._entries):
             if not over():
                 break
-            if key != keep:
+            if key != keep and key not in self._pinned:
                 del self._entries[key]
                 self.counts.evicted += 1
 

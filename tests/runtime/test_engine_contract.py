@@ -149,6 +149,27 @@ def test_prepared_rubrics_are_bounded(engine: Engine):
     assert tight.prepared.head_bytes == next(iter(tight.prepared.values())).head_bytes > 0
 
 
+def test_pinned_rubrics_stay_and_a_refused_rubric_is_not_kept(engine: Engine):
+    small = Engine(engine.loaded, options=EngineOptions(max_prepared=1))
+    served = Rubric.model_validate({**RUBRIC.model_dump(), "name": "served"})
+    small.prepared.pin(served)
+    small.decide(served, TEXTS[0])
+    others = [Rubric.model_validate({**RUBRIC.model_dump(), "name": f"other_{i}"}) for i in range(3)]
+    for rubric in others:
+        small.decide(rubric, TEXTS[0])
+    assert served in small.prepared and others[-1] in small.prepared  # the pinned one and the one in use
+    assert others[0] not in small.prepared
+
+    def too_long(prepared) -> None:
+        if len(prepared.compiled.head_tokens) > 10:
+            raise InputError(f"head of {len(prepared.compiled.head_tokens)} tokens")
+
+    extra = Rubric.model_validate({**RUBRIC.model_dump(), "name": "extra"})
+    with pytest.raises(InputError, match="head of"):
+        small.prepared.get(extra, check=too_long)
+    assert extra not in small.prepared and small.prepared.counts.prepared == 4
+
+
 def test_first_use_from_two_threads_prefills_the_head_once(engine: Engine):
     fresh = Engine(engine.loaded)
     calls = []
