@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -26,6 +28,8 @@ from .common import (
 )
 
 SERVE_PACKAGES = ("fastapi", "uvicorn", "prometheus_client")
+API_KEYS_VARIABLE = "DECISIONFLOW_API_KEYS"
+"""Comma-separated API keys, added to those of `--api-key` (a key on the command line shows in `ps`)."""
 
 
 class LogLevel(str, Enum):
@@ -59,37 +63,86 @@ def serve_command(
     batch_wait_ms: Annotated[float, typer.Option(min=0, help="How long an idle model waits for more requests to batch.")] = 5.0,
     batch_tokens: Annotated[int, typer.Option(min=1, help="New tokens per model call (inputs and rows).")] = 4096,
     max_queue: Annotated[int, typer.Option(min=1, help="Inputs waiting for the model before requests get 503 (at least --max-texts).")] = 256,
-    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body accepted.")] = 1 << 20,
+    max_body_bytes: Annotated[
+        int | None,
+        typer.Option(min=1, help="Largest request body accepted (default: 16 bytes per position of the model's "
+                     "context, at least 64 KiB).", show_default=False),
+    ] = None,
     max_questions: Annotated[int, typer.Option(min=1, help="Questions per /v1/systemone request.")] = 32,
     max_options: Annotated[int, typer.Option(min=2, help="Labels per choice question.")] = 64,
     max_texts: Annotated[int, typer.Option(min=1, help="Inputs per rubric request with `texts`.")] = 64,
+    body_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds a request body may take to arrive (408 after).")] = 30.0,
+    request_timeout: Annotated[
+        float | None,
+        typer.Option(min=0.001, help="Seconds a request may take in all (504 after; its work is dropped if the model "
+                     "has not started on it). Default: no deadline.", show_default=False),
+    ] = None,
+    limit_concurrency: Annotated[int, typer.Option(min=1, help="Connections and requests held at once (a plain 503 beyond).")] = 512,
+    work_threads: Annotated[int, typer.Option(min=1, help="Threads parsing bodies and tokenising inputs off the event loop.")] = 2,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option("--api-key", help=f"Accept `Authorization: Bearer KEY`; repeat for several. Keys in "
+                     f"${API_KEYS_VARIABLE} (comma-separated) are added. Without any, every route is open.",
+                     show_default=False),
+    ] = None,
+    protect_health: Annotated[bool, typer.Option("--protect-health", help="Ask for the key on /healthz and /readyz too.")] = False,
+    protect_metrics: Annotated[bool, typer.Option("--protect-metrics", help="Ask for the key on /metrics too.")] = False,
+    docs: Annotated[bool, typer.Option("--docs", help="Serve /docs, /redoc and /openapi.json.")] = False,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option("--cors-origin", help="An origin browsers may call the API from (`*`: any); repeat for several. "
+                     "Default: no CORS.", show_default=False),
+    ] = None,
+    served_model_name: Annotated[
+        str | None,
+        typer.Option(help="The model's name in answers and /v1/models (default: the model's, a local path cut to "
+                     "its last part).", show_default=False),
+    ] = None,
     graceful_shutdown: Annotated[float, typer.Option(min=0, help="Seconds accepted requests get to finish on SIGTERM.")] = 30.0,
-    log_level: Annotated[LogLevel, typer.Option(help="uvicorn's log level.")] = LogLevel.info,
+    log_level: Annotated[LogLevel, typer.Option(help="Log level of uvicorn and of the request log.")] = LogLevel.info,
 ) -> None:
-    """Serve /v1/systemone, /v1/rubrics/{name}/decide, /v1/rubrics, /healthz and /metrics (needs the `serve` extra)."""
+    """Serve /v1/systemone, /v1/rubrics/{name}/decide, /v1/rubrics, /v1/models, /healthz, /readyz and /metrics
+    (needs the `serve` extra)."""
     err = stderr()
     if max_queue < max_texts:
         say(err, f"error: --max-queue {max_queue} is below --max-texts {max_texts}: a `texts` request of more inputs "
                  "than the queue holds could never be answered; raise --max-queue or lower --max-texts to match")
         raise typer.Exit(2)
+    keys = _api_keys(api_key or [], os.environ.get(API_KEYS_VARIABLE, ""))
+    if isinstance(keys, str):
+        say(err, f"error: {keys}")
+        raise typer.Exit(2)
+    if served_model_name is not None and not served_model_name.strip():
+        say(err, "error: --served-model-name is blank")
+        raise typer.Exit(2)
     guarded(ctx, err, _check_installed)
-    from ..serve import Batching, Limits, RubricRegistry, ServeSettings, create_app
+    from ..serve import Access, Batching, Limits, RubricRegistry, ServeSettings, create_app
     from ..serve.server import bind, serve
 
     registry = guarded(ctx, err, lambda: RubricRegistry.from_folder(rubrics, heads=not no_heads))
     settings = ServeSettings(
         limits=Limits(max_body_bytes=max_body_bytes, max_questions=max_questions, max_options=max_options,
-                      max_texts=max_texts, max_queue=max_queue),
+                      max_texts=max_texts, max_queue=max_queue, body_timeout_s=body_timeout,
+                      request_timeout_s=request_timeout),
         batching=Batching(enabled=batching, max_wait_ms=batch_wait_ms, token_budget=batch_tokens),
+        access=Access(api_keys=keys, protect_health=protect_health, protect_metrics=protect_metrics, docs=docs,
+                      cors_origins=tuple(cors_origin or ())),
+        served_model_name=served_model_name.strip() if served_model_name else None,
         graceful_shutdown_s=graceful_shutdown,
+        limit_concurrency=limit_concurrency,
+        work_threads=work_threads,
     )
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, threads=threads, device=device, dtype=dtype,
                                                    loader=loader))
-    app = guarded(ctx, err, lambda: create_app(engine, registry, settings))  # checks the heads against the model
+    # Checks the heads against the model, and gives the engine --batch-tokens (EngineOptions.max_batch_tokens).
+    app = guarded(ctx, err, lambda: create_app(engine, registry, settings))
     for entry in registry.entries.values():
         if entry.heads is not None:
             # Answers change under fitted heads: say which file does it, and for which fields (as `run` does).
             say(err, f"heads: {entry.heads.path} ({entry.name}; fitted: {', '.join(entry.fitted) or 'none'})")
+    if not keys and not _loopback(host):
+        say(err, f"warning: serving on {host} without --api-key: whoever reaches the port can use the model "
+                 "(see docs/serving.md, Access)")
     sock = guarded(ctx, err, lambda: bind(host, port))
     bound_host, bound_port = sock.getsockname()[:2]
     shown_host = f"[{bound_host}]" if ":" in bound_host else bound_host
@@ -99,6 +152,27 @@ def serve_command(
                  f"{count(len(registry.entries), 'rubric')}: {', '.join(registry.entries) or 'none'})")
 
     serve(app, sock, graceful_shutdown_s=graceful_shutdown, log_level=log_level.value, on_started=announce)
+
+
+def _api_keys(given: list[str], variable: str) -> tuple[str, ...] | str:
+    """The keys of `--api-key` and of the variable, or what is wrong with one (never quoting a key)."""
+    keys = [*given, *(part.strip() for part in variable.split(",") if part.strip())]
+    for index, key in enumerate(keys, 1):
+        where = f"API key {index} of {len(keys)}"
+        if not key:
+            return f"{where} is empty"
+        if not key.isascii() or not key.isprintable() or any(character.isspace() for character in key):
+            return f"{where} holds a space, a control or a non-ASCII character (a key must be one printable ASCII token)"
+    return tuple(dict.fromkeys(keys))
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _check_installed() -> None:

@@ -1,43 +1,118 @@
-"""The HTTP app: `/v1/systemone`, `/v1/rubrics/{name}/decide`, `/v1/rubrics`, `/healthz` and `/metrics`.
+"""The HTTP app: `/v1/systemone`, `/v1/rubrics/{name}/decide`, `/v1/rubrics`, `/v1/models`, `/healthz`,
+`/readyz` and `/metrics`.
 
     app = create_app(Engine.load())              # the shipped workflows, default limits
     uvicorn.run(app)                              # or `decisionflow serve`
 
-The model is loaded before the app starts and is only ever run on the micro-batcher's worker thread;
-the event loop reads bodies, checks them, tokenises inputs on a helper thread and waits for answers.
-Every refusal is a JSON error naming the offending field (see `refusals`), and no request can stop
-the server: whatever one request raises is that request's answer.
+The model is loaded before the app starts and is only ever run on the micro-batcher's worker thread.
+The event loop only moves bytes and waits: bodies are parsed, question sets built and inputs tokenised
+on a small pool of helper threads (`ServeSettings.work_threads`), so one large body never stalls
+`/healthz`, `/metrics` or the dispatcher. Every refusal is a JSON error naming the offending field (see
+`refusals`), and no request can stop the server: whatever one request raises is that request's answer,
+and a failure of the server's own is a 500 whose traceback goes to the log, never to the client.
+
+Every answer carries `X-Request-ID` (the client's own when it sent a sane one, else a new one), and
+every request is one JSON line of the `decisionflow.serve` log (see `logs`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
+import hmac
+import json
+import re
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
-from ..errors import CompileError, DataError, DecisionflowError, InputError
+from ..errors import CompileError, DataError, DecisionflowError, InputError, Unavailable
 from ..runtime.executor import check_fits
-from .batcher import MicroBatcher, at_capacity
-from .body import first_repeated_key, parse_json, read_body
+from .batcher import MicroBatcher, Timing
+from .body import first_repeated_key, json_content_type, parse_json, read_body
+from .logs import log
 from .metrics import CONTENT_TYPE, Metrics
-from .refusals import HttpRefusal, Located, Refusal, field_path, refusal_of
+from .refusals import HttpRefusal, Located, Refusal, field_path, internal_error, refusal_of
 from .registry import RubricRegistry
-from .settings import ServeSettings
-from .systemone import QuestionSets, answers_of, located_compile_error, parse_request, usage_of
+from .settings import ServeSettings, body_limit_for
+from .systemone import (
+    QuestionSet,
+    QuestionSets,
+    SystemOneRequest,
+    answers_of,
+    located_compile_error,
+    parse_request,
+    usage_of,
+)
 
 DECIDE_KEYS = ("text", "texts")
 CLIENT_GONE = 499
 """Status recorded (never sent) for a request whose client disconnected before its answer."""
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+METRICS_PATH = "/metrics"
+_SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
+NOTE = "decisionflow"
+"""Where a request's `RequestNote` lives in its ASGI scope's `state`."""
 
 
 class _ClientGone(Exception):
     pass
+
+
+class _TimedOut(Exception):
+    pass
+
+
+@dataclass
+class RequestNote:
+    """What the log line and the metrics say about one request, filled in as it is answered."""
+
+    request_id: str
+    rubric: str | None = None
+    error_type: str | None = None
+    timing: Timing = field(default_factory=Timing)
+
+
+def note_of(request: Request) -> RequestNote:
+    note = request.scope.get("state", {}).get(NOTE)
+    if note is None:  # the app run without its front middleware (never by `create_app`)
+        note = RequestNote(uuid.uuid4().hex)
+        request.scope.setdefault("state", {})[NOTE] = note
+    return note
+
+
+class JSONAnswer(JSONResponse):
+    """JSON that is always valid UTF-8: text holding a lone surrogate is escaped (`\\ud800`) rather than
+    failing the answer; NaN and infinities are refused (they are not JSON), as a failure of the server."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+def public_model_name(name: str) -> str:
+    """The model's name as clients see it: a local path cut to its last part; hub ids and `bundled:` as they are."""
+    if name.startswith("bundled:"):
+        return name
+    path = Path(name).expanduser()
+    local = name.startswith(("/", ".", "~", "\\")) or "\\" in name or name.count("/") > 1 or path.is_absolute()
+    if local or path.exists():
+        return re.split(r"[\\/]", name.rstrip("/\\"))[-1] or "model"
+    return name
 
 
 class DecisionService:
@@ -51,21 +126,31 @@ class DecisionService:
         self.metrics = metrics
         self.batcher = MicroBatcher(engine, settings.batching, max_queue=self.limits.max_queue, metrics=metrics)
         self.question_sets = QuestionSets(self.limits.max_cached_question_sets)
+        self.work = ThreadPoolExecutor(max_workers=max(1, settings.work_threads), thread_name_prefix="decisionflow-work")
+        self.model_name = settings.served_model_name or public_model_name(str(engine.loaded.name))
+        self.started = False
 
-    @property
-    def model_name(self) -> str:
-        return str(self.engine.loaded.name)
+    async def off_loop(self, function: Callable[..., Any], *args: Any) -> Any:
+        """`function(*args)` on the helper threads: CPU work never runs on the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.work, functools.partial(function, *args))
 
-    async def read_json(self, request: Request) -> Any:
+    async def read_body(self, request: Request) -> bytes:
+        """The body within the size limit and the body timeout (408, connection closed, when it is too slow)."""
+        reading = read_body(request.stream(), request.headers.get("content-length"), self.limits.max_body_bytes)
         try:
-            body = await read_body(request.stream(), request.headers.get("content-length"), self.limits.max_body_bytes)
+            return await asyncio.wait_for(reading, self.limits.body_timeout_s)
         except ClientDisconnect:
             raise _ClientGone from None
-        return parse_json(body)
+        except TimeoutError:
+            raise HttpRefusal(408, "RequestTimeout", f"the request body did not arrive within "
+                              f"{self.limits.body_timeout_s:g} s", field="body", headers={"Connection": "close"}) from None
 
-    async def systemone(self, body: Any) -> dict[str, Any]:
-        parsed = parse_request(body, self.limits)
-        question_set = self.question_sets.get(parsed.questions)
+    # -- /v1/systemone --------------------------------------------------------------------------------
+
+    async def systemone(self, raw: bytes, note: RequestNote) -> dict[str, Any]:
+        note.rubric = "systemone"
+        self.batcher.refuse_if_full(1)  # before any parsing, building or tokenising
+        parsed, question_set = await self.off_loop(self._systemone_request, raw)
         rubric = question_set.rubric
         try:
             cost = await self._admit(rubric, parsed.state)
@@ -75,23 +160,30 @@ class DecisionService:
             raise Located(error.error, "questions") from None
         except InputError as error:
             raise Located(error, "state") from None
-        outcome = await self.batcher.decide(("systemone", rubric.key), rubric, parsed.state, cost=cost)
+        outcome = await self.batcher.decide(("systemone", rubric.key), rubric, parsed.state, cost=cost, timing=note.timing)
         if isinstance(outcome, BaseException):
             raise Located(outcome, "state") if isinstance(outcome, InputError) else outcome
         return {"model": self.model_name, "answers": answers_of(outcome, parsed, question_set), "usage": usage_of(outcome)}
 
-    async def decide_named(self, name: str, body: Any) -> dict[str, Any]:
+    def _systemone_request(self, raw: bytes) -> tuple[SystemOneRequest, QuestionSet]:
+        parsed = parse_request(parse_json(raw), self.limits)
+        question_set, hit = self.question_sets.get(parsed.questions)
+        self.metrics.question_sets.labels(result="hit" if hit else "miss").inc()
+        return parsed, question_set
+
+    # -- /v1/rubrics/{name}/decide ------------------------------------------------------------------
+
+    async def decide_named(self, name: str, raw: bytes, note: RequestNote) -> dict[str, Any]:
         entry = self.registry.get(name)
         if entry is None:
-            known = ", ".join(self.registry.entries) or "none"
-            raise HttpRefusal(404, "NotFound", f"no rubric named {name!r} (served: {known})", field="name")
-        payloads, single = self._decide_inputs(body)
-        if self.batcher.depth + len(payloads) > self.limits.max_queue:
-            self.metrics.rejected.labels(reason="queue_full").inc(len(payloads))  # inputs, as the batcher counts
-            raise at_capacity(self.batcher.depth)
+            raise HttpRefusal(404, "NotFound", f"no rubric named {name!r}; GET /v1/rubrics lists the rubrics served",
+                              field="name")
+        note.rubric = name
+        payloads, single = await self.off_loop(self._decide_inputs, raw)
+        self.batcher.refuse_if_full(len(payloads))
         fields = ["text"] if single else [field_path("texts", i) for i in range(len(payloads))]
         outcomes = await asyncio.gather(
-            *(self._decide_one(("rubric", name), entry.rubric, entry.calibration, entry.heads, payload, where)
+            *(self._decide_one(("rubric", name), entry.rubric, entry.calibration, entry.heads, payload, where, note)
               for payload, where in zip(payloads, fields)),
             return_exceptions=True,
         )
@@ -99,13 +191,21 @@ class DecisionService:
             if isinstance(outcomes[0], BaseException):
                 raise outcomes[0]
             return outcomes[0].to_dict()
-        return {"results": [
-            refusal_of(outcome, retry_after_s=self.limits.retry_after_s).body() if isinstance(outcome, BaseException)
-            else outcome.to_dict()
-            for outcome in outcomes
-        ]}
+        results = []
+        for outcome in outcomes:
+            if isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+            if isinstance(outcome, BaseException):
+                refusal = refusal_of(outcome, retry_after_s=self.limits.retry_after_s)
+                if refusal.status >= 500:
+                    log_failure(note, outcome, "an input of the request failed")
+                results.append(refusal.body())
+            else:
+                results.append(outcome.to_dict())
+        return {"results": results}
 
-    def _decide_inputs(self, body: Any) -> tuple[list[Any], bool]:
+    def _decide_inputs(self, raw: bytes) -> tuple[list[Any], bool]:
+        body = parse_json(raw)
         if not isinstance(body, dict):
             raise Located(DataError('the request body must be a JSON object: {"text": ...} or {"texts": [...]}'), "body")
         repeated = first_repeated_key(body)
@@ -113,7 +213,7 @@ class DecisionService:
             raise Located(DataError(f"key {repeated[1]!r} appears twice in the same object"), repeated[0])
         unknown = [key for key in body if key not in DECIDE_KEYS]
         if unknown:
-            raise Located(DataError(f"unknown key {unknown[0]!r} (allowed: text or texts)"), unknown[0])
+            raise Located(DataError(f"unknown key {unknown[0]!r} (allowed: text or texts)"), field_path(unknown[0]))
         if ("text" in body) == ("texts" in body):
             raise Located(DataError("give exactly one of `text` (one input) or `texts` (a list of inputs)"), "text")
         if "text" in body:
@@ -129,14 +229,16 @@ class DecisionService:
                                     f"the most the server's queue holds (max_queue)"), "texts")
         return texts, False
 
-    async def _decide_one(self, group: Any, target: Any, calibration: Any, heads: Any, payload: Any, where: str) -> Any:
+    async def _decide_one(self, group: Any, target: Any, calibration: Any, heads: Any, payload: Any, where: str,
+                          note: RequestNote) -> Any:
         try:
             cost = await self._admit(target, payload)
         except _RubricTooLong as error:
             raise error.error from None
         except InputError as error:
             raise Located(error, where) from None
-        outcome = await self.batcher.decide(group, target, payload, cost=cost, calibration=calibration, heads=heads)
+        outcome = await self.batcher.decide(group, target, payload, cost=cost, calibration=calibration, heads=heads,
+                                            timing=note.timing)
         if isinstance(outcome, DecisionflowError):
             raise Located(outcome, where)
         if isinstance(outcome, BaseException):
@@ -145,7 +247,27 @@ class DecisionService:
 
     async def _admit(self, target: Any, payload: Any) -> int:
         """Compile the rubric (cached), tokenise and size-check the input off the event loop: its token cost."""
-        return await asyncio.to_thread(_admission, self.engine, target, payload)
+        return await self.off_loop(_admission, self.engine, target, payload)
+
+    # -- health ---------------------------------------------------------------------------------------
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        batcher = self.batcher
+        checks = {
+            "dispatcher": "running" if batcher.dispatcher_alive else "stopped",
+            "model_thread": "alive" if batcher.model_thread_alive else "stopped",
+        }
+        healthy = self.started and batcher.alive
+        return healthy, {"status": "ok" if healthy else "failing", "model": self.model_name, **checks,
+                         "queue_depth": batcher.depth, "model_busy_s": round(batcher.busy_s, 3)}
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        healthy, _ = self.health()
+        if not self.started:
+            return False, {"status": "starting", "model": self.model_name}
+        if self.batcher.closing:
+            return False, {"status": "shutting down", "model": self.model_name}
+        return healthy, {"status": "ready" if healthy else "failing", "model": self.model_name}
 
 
 class _RubricTooLong(Exception):
@@ -168,38 +290,80 @@ def _admission(engine: Any, target: Any, payload: Any) -> int:
     return len(tokens) + rows
 
 
+def log_failure(note: RequestNote, error: BaseException, message: str = "request failed") -> None:
+    """A failure of the server's own, with its traceback, under the request's id (never sent to the client)."""
+    log.error(message, exc_info=(type(error), error, error.__traceback__),
+              extra={"fields": {"request_id": note.request_id, "rubric": note.rubric}})
+
+
+def refusal_response(note: RequestNote, refusal: Refusal) -> Response:
+    note.error_type = refusal.type
+    return JSONAnswer(refusal.body(), status_code=refusal.status, headers=refusal.headers or None)
+
+
+def error_response(note: RequestNote, error: BaseException, retry_after_s: int) -> Response:
+    """A request's error as its answer; a failure of the server's own is logged with its traceback first."""
+    refusal = refusal_of(error, retry_after_s=retry_after_s)
+    if refusal.status >= 500 and not isinstance(error, (HttpRefusal, Unavailable)):
+        log_failure(note, error.error if isinstance(error, Located) else error)
+    return refusal_response(note, refusal)
+
+
 def create_app(engine: Any, registry: RubricRegistry | None = None, settings: ServeSettings | None = None) -> FastAPI:
     """The ASGI app serving `engine` (already loaded); rubrics by name from `registry` (default: the shipped workflows).
 
     Fitted heads in `registry` are checked against `engine` first: heads fitted for another model, rubric,
-    prompt or option set are a `RubricError` naming each file, and no app is made."""
+    prompt or option set are a `RubricError` naming each file, and no app is made. The engine's
+    `max_batch_tokens` is set to the batching token budget (one model call packs what the batcher gathers)."""
     settings = settings or ServeSettings()
+    settings = replace(settings, limits=replace(settings.limits, max_body_bytes=body_limit_for(engine, settings.limits)))
     metrics = Metrics()
     registry = registry or RubricRegistry.from_folder()
     registry.check_heads(engine)
+    _give_engine_the_budget(engine, settings.batching.token_budget)
     service = DecisionService(engine, registry, settings, metrics)
+    access = settings.access
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await service.batcher.start()
+        service.started = True
         try:
             yield
         finally:
             await service.batcher.stop()  # after uvicorn has let in-flight requests finish
+            service.work.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="decisionflow", summary="Typed, closed-set decisions from a language model.", lifespan=lifespan)
+    docs = {} if access.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="decisionflow", summary="Typed, closed-set decisions from a language model.", lifespan=lifespan,
+                  **docs)
     app.state.service = service
+    timeout_s = settings.limits.request_timeout_s
+    retry_after_s = settings.limits.retry_after_s
 
-    async def answered(request: Request, work: Callable[[Any], Awaitable[Any]]) -> Response:
-        """Read the JSON body, do the work while watching for the client to leave, and shape the answer."""
+    async def answered(request: Request, work: Callable[[bytes, RequestNote], Awaitable[Any]]) -> Response:
+        """Check the body's type, read it, do the work while watching for the client to leave and for the
+        deadline, and shape the answer."""
+        note = note_of(request)
+        arrived = time.monotonic()
         try:
-            body = await service.read_json(request)
-            result = await _unless_client_leaves(request, work(body))
+            if not json_content_type(request.headers.get("content-type")):
+                sent = request.headers.get("content-type")
+                raise HttpRefusal(415, "UnsupportedMediaType", "the request body must be JSON, sent with "
+                                  f"`Content-Type: application/json` (got {'none' if sent is None else repr(sent[:80])})",
+                                  field="body")
+            raw = await service.read_body(request)
+            left = None if timeout_s is None else timeout_s - (time.monotonic() - arrived)
+            result = await _unless_client_leaves(request, work(raw, note), left)
+            return JSONAnswer(result)
         except _ClientGone:
             return Response(status_code=CLIENT_GONE)
+        except _TimedOut:
+            service.metrics.rejected.labels(reason="timeout").inc()
+            return refusal_response(note, Refusal(504, "Timeout", f"the request was not answered within {timeout_s:g} s "
+                                                                 "(the server's request timeout)"))
         except Exception as error:  # noqa: BLE001 - every failure is this request's answer, never the server's end
-            return _refusal_response(refusal_of(error, retry_after_s=settings.limits.retry_after_s))
-        return JSONResponse(result)
+            return error_response(note, error, retry_after_s)
 
     @app.post("/v1/systemone")
     async def systemone(request: Request) -> Response:
@@ -209,42 +373,88 @@ def create_app(engine: Any, registry: RubricRegistry | None = None, settings: Se
     @app.post("/v1/rubrics/{name}/decide")
     async def decide(name: str, request: Request) -> Response:
         """Decide `{"text": ...}` (what `decisionflow run --json` prints) or `{"texts": [...]}` (`{"results": [...]}`)."""
-        return await answered(request, lambda body: service.decide_named(name, body))
+        return await answered(request, lambda raw, note: service.decide_named(name, raw, note))
 
     @app.get("/v1/rubrics")
-    async def rubrics() -> dict[str, Any]:
+    async def rubrics() -> Response:
         """The rubrics served by name: their fields and plans."""
-        return {"rubrics": service.registry.describe(pin_first=engine.options.pin_first)}
+        return JSONAnswer({"rubrics": service.registry.describe(pin_first=engine.options.pin_first)})
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        """The model this server answers with, as the OpenAI-style model list names it."""
+        return JSONAnswer({"object": "list", "data": [{"id": service.model_name, "object": "model",
+                                                        "owned_by": "decisionflow"}]})
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "model": service.model_name, "queue_depth": service.batcher.depth}
+    async def healthz() -> Response:
+        """Liveness: 200 while the dispatcher runs and the model thread is alive, else 503."""
+        healthy, body = service.health()
+        return JSONAnswer(body, status_code=200 if healthy else 503)
 
-    @app.get("/metrics")
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        """Readiness: 200 once the model is loaded and the dispatcher runs; 503 before, while failing, and
+        while the app stops."""
+        ready, body = service.readiness()
+        return JSONAnswer(body, status_code=200 if ready else 503)
+
+    @app.get(METRICS_PATH)
     async def prometheus() -> Response:
-        return Response(metrics.render(), media_type=CONTENT_TYPE)
+        return Response(metrics.render(), media_type=CONTENT_TYPE)  # milliseconds: not worth a queue behind parsing
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, error: StarletteHTTPException) -> Response:
+    async def http_error(request: Request, error: StarletteHTTPException) -> Response:
         kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(error.status_code, "HTTPError")
-        return _refusal_response(Refusal(error.status_code, kind, str(error.detail), "path" if error.status_code == 404 else "method"))
+        where = "path" if error.status_code == 404 else "method"
+        return refusal_response(note_of(request), Refusal(error.status_code, kind, str(error.detail), where,
+                                                          headers=dict(error.headers or {})))
 
-    app.add_middleware(_Measured, metrics=metrics)
+    open_paths = set()
+    if not access.protect_health:
+        open_paths |= PROBE_PATHS
+    if not access.protect_metrics:
+        open_paths.add(METRICS_PATH)
+    # Starlette wraps the last middleware added outermost: the front sees every request first, CORS answers
+    # a browser's preflight before any key is asked for, then the key is checked.
+    if access.api_keys:
+        app.add_middleware(_KeyGuard, keys=access.api_keys, open_paths=frozenset(open_paths))
+    if access.cors_origins:
+        app.add_middleware(
+            CORSMiddleware, allow_origins=list(access.cors_origins), allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID"], expose_headers=["X-Request-ID", "Retry-After"],
+        )
+    app.add_middleware(_Front, metrics=metrics, router=app.router)
     return app
 
 
-async def _unless_client_leaves(request: Request, work: Awaitable[Any]) -> Any:
-    """`work`'s result; if the client disconnects first, `work` is cancelled (its inputs leave the queue)."""
+def _give_engine_the_budget(engine: Any, budget: int) -> None:
+    options = getattr(engine, "options", None)
+    if getattr(options, "max_batch_tokens", budget) != budget:
+        engine.options = replace(options, max_batch_tokens=budget)
+
+
+async def _unless_client_leaves(request: Request, work: Awaitable[Any], timeout_s: float | None) -> Any:
+    """`work`'s result; if the client disconnects first (`_ClientGone`) or `timeout_s` passes (`_TimedOut`),
+    `work` is cancelled: its inputs leave the queue if the model has not started on them."""
+    if timeout_s is not None and timeout_s <= 0:
+        close = getattr(work, "close", None)
+        if close is not None:
+            close()  # never started
+        raise _TimedOut
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({task, watcher}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
     finally:
         watcher.cancel()
-    if not task.done():
-        task.cancel()
-        raise _ClientGone
-    return task.result()
+    if task.done():
+        return task.result()
+    task.cancel()
+    raise _ClientGone if watcher in done else _TimedOut
 
 
 async def _disconnected(request: Request) -> None:
@@ -253,35 +463,126 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-def _refusal_response(refusal: Refusal) -> Response:
-    return JSONResponse(refusal.body(), status_code=refusal.status, headers=refusal.headers or None)
+def _request_id(headers: list[tuple[bytes, bytes]]) -> str:
+    """The client's `X-Request-ID` when it is a sane token (1-128 characters of `A-Za-z0-9._:/+=@-`), else a new one."""
+    for name, value in headers:
+        if name == b"x-request-id":
+            try:
+                text = value.decode("ascii")
+            except UnicodeDecodeError:
+                break
+            if _SANE_REQUEST_ID.fullmatch(text):
+                return text
+            break
+    return uuid.uuid4().hex
 
 
-class _Measured:
-    """ASGI wrapper counting every answer by route template and status, and timing it."""
+class _KeyGuard:
+    """ASGI wrapper asking for `Authorization: Bearer <key>` on every route but `open_paths` (401 otherwise).
 
-    def __init__(self, app: Any, metrics: Metrics) -> None:
+    Keys are compared by their SHA-256 digests with `hmac.compare_digest`, against every key every time:
+    how long a refusal takes says nothing about how much of a key was right, nor which key was tried."""
+
+    def __init__(self, app: Any, keys: tuple[str, ...], open_paths: frozenset[str]) -> None:
+        self.app = app
+        self.digests = [hashlib.sha256(key.encode("utf-8")).digest() for key in keys]
+        self.open_paths = open_paths
+
+    def _accepts(self, headers: list[tuple[bytes, bytes]]) -> bool | None:
+        """True for a valid key, False for a wrong one, None for none sent."""
+        values = [value for name, value in headers if name == b"authorization"]
+        if not values:
+            return None
+        scheme, _, token = values[0].strip().partition(b" ")
+        if scheme.lower() != b"bearer":
+            return False
+        digest = hashlib.sha256(token.strip()).digest()
+        matched = False
+        for known in self.digests:
+            matched |= hmac.compare_digest(digest, known)
+        return matched
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        accepted = self._accepts(scope["headers"])
+        if accepted:
+            await self.app(scope, receive, send)
+            return
+        message = ("this server needs an API key: send `Authorization: Bearer <key>`" if accepted is None
+                   else "the API key is not valid (send `Authorization: Bearer <key>`)")
+        note = scope.setdefault("state", {}).get(NOTE)
+        refusal = Refusal(401, "Unauthorized", message, "authorization", headers={"WWW-Authenticate": "Bearer"})
+        if note is not None:
+            note.error_type = refusal.type
+        response = JSONAnswer(refusal.body(), status_code=401, headers=refusal.headers)
+        await response(scope, receive, send)
+
+
+class _Front:
+    """ASGI wrapper around everything: gives each request its id (`X-Request-ID` on every answer), turns an
+    exception nothing caught into a logged JSON 500, counts every answer by route template and status (and
+    errors by type), times it, and writes the request's JSON log line."""
+
+    def __init__(self, app: Any, metrics: Metrics, router: Any) -> None:
         self.app = app
         self.metrics = metrics
+        self.router = router
+
+    def _route(self, scope: dict[str, Any]) -> str:
+        route = scope.get("route")
+        if route is not None:
+            return getattr(route, "path", "unmatched")
+        for candidate in self.router.routes:  # refused before routing (a missing key): name the route anyway
+            try:
+                match, _ = candidate.matches(scope)
+            except Exception:  # noqa: BLE001 - naming a route must never fail a request
+                continue
+            if match is not Match.NONE:
+                return getattr(candidate, "path", "unmatched")
+        return "unmatched"
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        status = CLIENT_GONE
+        note = RequestNote(_request_id(scope.get("headers", [])))
+        scope.setdefault("state", {})[NOTE] = note
+        header = (b"x-request-id", note.request_id.encode("ascii"))
+        status: int | None = None
         began = time.perf_counter()
 
         async def send_and_note(message: dict[str, Any]) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), header]}
             await send(message)
 
         self.metrics.in_flight.inc()
         try:
             await self.app(scope, receive, send_and_note)
+        except Exception as error:  # noqa: BLE001 - nothing a request raises ends the server
+            log_failure(note, error)
+            if status is None:
+                await refusal_response(note, internal_error())(scope, receive, send_and_note)
+            else:
+                note.error_type = "InternalError"
+                status = 500  # the answer had begun: the connection is cut, counted as the failure it is
         finally:
             self.metrics.in_flight.dec()
-            route = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.requests.labels(route=route, status=str(status)).inc()
-            self.metrics.request_seconds.labels(route=route).observe(time.perf_counter() - began)
+            seconds = time.perf_counter() - began
+            final = CLIENT_GONE if status is None else status  # None: cancelled before any answer
+            route = self._route(scope)
+            self.metrics.requests.labels(route=route, status=str(final)).inc()
+            self.metrics.request_seconds.labels(route=route).observe(seconds)
+            if final >= 400 and final != CLIENT_GONE:
+                self.metrics.errors.labels(route=route, status=str(final), type=note.error_type or "HTTPError").inc()
+            log.info("request", extra={"fields": {
+                "request_id": note.request_id, "method": scope.get("method"), "route": route,
+                "path": scope.get("path", "")[:200], "rubric": note.rubric, "status": final,
+                "error": note.error_type, "ms": round(seconds * 1000, 2),
+                "queue_wait_ms": round(note.timing.queue_wait_s * 1000, 2), "model_ms": round(note.timing.model_s * 1000, 2),
+                "client": (scope.get("client") or [None])[0],
+            }})

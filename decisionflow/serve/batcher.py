@@ -7,13 +7,18 @@ one `engine.decide_each` call on the model's own thread, so the event loop never
 
 `decide_each` returns one outcome per input in order, and each outcome goes back to the future of the
 input it belongs to: answers are never mixed between requests, and one bad input fails only itself.
-An input whose client went away is cancelled: dropped from the queue if it has not started, its result
-discarded if it has; the others in its batch are unaffected.
+An input whose client went away (or whose request ran out of time) is cancelled: dropped from the
+queue if it has not started, its result discarded if it has; the others in its batch are unaffected.
+
+`alive` says whether the dispatcher runs and the model thread exists (what `/healthz` reports); should
+the dispatcher ever stop on an error of its own, the error is logged and every waiting input fails
+with 503 instead of waiting for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +26,22 @@ from dataclasses import dataclass
 from typing import Any, Hashable
 
 from ..errors import DecisionflowError, Unavailable
+from .logs import log
 from .metrics import Metrics
 from .settings import Batching
+
+
+@dataclass
+class Timing:
+    """How long a request's inputs waited in the queue and how long their model calls ran (the longest of
+    its inputs: they wait and run side by side)."""
+
+    queue_wait_s: float = 0.0
+    model_s: float = 0.0
+
+    def add(self, queue_wait_s: float, model_s: float) -> None:
+        self.queue_wait_s = max(self.queue_wait_s, queue_wait_s)
+        self.model_s = max(self.model_s, model_s)
 
 
 @dataclass(eq=False)
@@ -37,6 +56,10 @@ class _Waiting:
     """New tokens this input feeds (its input and its rows)."""
     future: asyncio.Future
     since: float
+    waited: float = 0.0
+    """Seconds from queueing to the start of its model call."""
+    ran: float = 0.0
+    """Seconds of its model call(s)."""
 
 
 def at_capacity(waiting: int) -> Unavailable:
@@ -53,36 +76,94 @@ class MicroBatcher:
         self.metrics = metrics
         self._queue: deque[_Waiting] = deque()
         self._model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decisionflow-model")
+        self._model_worker: threading.Thread | None = None
         self._wake: asyncio.Event | None = None
         self._dispatcher: asyncio.Task | None = None
         self._closing = False
+        self._busy_since: float | None = None
+        self._running: list[_Waiting] = []
 
     @property
     def depth(self) -> int:
         """Inputs waiting for the model (not counting the batch it is working on)."""
         return sum(not item.future.done() for item in self._queue)
 
+    @property
+    def dispatcher_alive(self) -> bool:
+        return self._dispatcher is not None and not self._dispatcher.done()
+
+    @property
+    def model_thread_alive(self) -> bool:
+        return self._model_worker is not None and self._model_worker.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        """The dispatcher runs and the model thread exists: queued inputs will be decided."""
+        return self.dispatcher_alive and self.model_thread_alive
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def busy_s(self) -> float:
+        """How long the model call in progress has been running (0 when the model is idle)."""
+        return 0.0 if self._busy_since is None else time.perf_counter() - self._busy_since
+
     async def start(self) -> None:
         self._wake = asyncio.Event()
+        # Start the model thread now (a thread pool starts its threads on first use) and keep hold of it.
+        loop = asyncio.get_running_loop()
+        self._model_worker = await loop.run_in_executor(self._model_thread, threading.current_thread)
         self._dispatcher = asyncio.create_task(self._dispatch(), name="decisionflow-dispatcher")
+        self._dispatcher.add_done_callback(self._dispatcher_ended)
+
+    def _dispatcher_ended(self, task: asyncio.Task) -> None:
+        error = None if task.cancelled() else task.exception()
+        if error is None and self._closing and not self._queue and not self._running:
+            return  # stopped as asked, nothing left behind
+        if error is not None:
+            log.error("the dispatcher stopped: %s", error, exc_info=(type(error), error, error.__traceback__))
+        else:
+            log.error("the dispatcher stopped (cancelled); inputs can no longer be decided")
+        for item in [*self._running, *self._queue]:
+            if not item.future.done():
+                item.future.set_result(Unavailable("the server cannot decide inputs now (its dispatcher stopped)"))
+        self._queue.clear()
+        self.metrics.queue_depth.set(0)
 
     async def stop(self) -> None:
         """Finish every input already queued, then release the model thread."""
         self._closing = True
         if self._wake is not None:
             self._wake.set()
-        if self._dispatcher is not None:
+        if self._dispatcher is not None and not self._dispatcher.done():
             await self._dispatcher
         self._model_thread.shutdown(wait=True)
 
+    def refuse_if_full(self, inputs: int = 1) -> None:
+        """Raise the 503 a request of `inputs` inputs would get now (shutting down, not running, or a full
+        queue), before any work is spent on it."""
+        if self._closing:
+            raise Unavailable("the server is shutting down")
+        if self._dispatcher is not None and not self.alive:
+            raise Unavailable("the server cannot decide inputs now (its dispatcher or model thread stopped)")
+        if self.depth + inputs > self.max_queue:
+            self.metrics.rejected.labels(reason="queue_full").inc(inputs)  # inputs, as `decide` counts
+            raise at_capacity(self.depth)
+
     async def decide(
         self, group: Hashable, target: Any, payload: Any, *, cost: int, calibration: Any = None, heads: Any = None,
+        timing: Timing | None = None,
     ) -> Any:
         """Queue one input; its `Decision` or the `DecisionflowError` it raised, once its batch has run.
 
-        `calibration` and `heads` are applied to the input's rubric; inputs of one `group` must share them."""
+        `calibration` and `heads` are applied to the input's rubric; inputs of one `group` must share them.
+        `timing`, when given, learns how long the input waited and how long its model call ran."""
         if self._closing:
             raise Unavailable("the server is shutting down")
+        if self._dispatcher is not None and not self.alive:
+            raise Unavailable("the server cannot decide inputs now (its dispatcher or model thread stopped)")
         if self.depth >= self.max_queue:
             self.metrics.rejected.labels(reason="queue_full").inc()
             raise at_capacity(self.depth)
@@ -93,10 +174,13 @@ class MicroBatcher:
         assert self._wake is not None, "MicroBatcher.start() was not awaited"
         self._wake.set()
         try:
-            return await item.future  # cancelled with the request when its client disconnects
+            outcome = await item.future  # cancelled with the request when its client disconnects
         except asyncio.CancelledError:
             self.metrics.cancelled.inc()
             raise
+        if timing is not None:
+            timing.add(item.waited, item.ran)
+        return outcome
 
     # -- the dispatcher ---------------------------------------------------------------------------
 
@@ -149,6 +233,15 @@ class MicroBatcher:
         return batch
 
     async def _run(self, batch: list[_Waiting]) -> None:
+        now = asyncio.get_running_loop().time()
+        for item in batch:
+            item.waited = now - item.since
+            self.metrics.queue_wait_seconds.observe(item.waited)
+        self._running = batch  # left in place if the dispatcher dies in the call: `_dispatcher_ended` fails them
+        await self._answer(batch)
+        self._running = []
+
+    async def _answer(self, batch: list[_Waiting]) -> None:
         outcomes = await self._call_model(batch)
         if len(batch) > 1 and isinstance(outcomes, Exception):
             # Something failed the whole call: run the inputs one by one, so only the culprit fails.
@@ -171,7 +264,7 @@ class MicroBatcher:
         if first.heads is not None:  # passed only when there are some: zero-shot calls stay as they were
             options["heads"] = first.heads
         loop = asyncio.get_running_loop()
-        began = time.perf_counter()
+        began = self._busy_since = time.perf_counter()
         try:
             return await loop.run_in_executor(
                 self._model_thread, lambda: self.engine.decide_each(first.target, payloads, **options)
@@ -179,6 +272,10 @@ class MicroBatcher:
         except Exception as error:  # noqa: BLE001 - a failed call fails its inputs, never the server
             return error
         finally:
+            self._busy_since = None
+            elapsed = time.perf_counter() - began
+            for item in batch:
+                item.ran += elapsed
             self.metrics.batch_size.observe(len(batch))
             self.metrics.batch_tokens.observe(sum(item.cost for item in batch))
-            self.metrics.pass_seconds.observe(time.perf_counter() - began)
+            self.metrics.pass_seconds.observe(elapsed)

@@ -1,8 +1,12 @@
-"""Reading a request body: bounded in size, parsed as JSON, and refused when an object repeats a key.
+"""Reading a request body: JSON only, bounded in size, parsed strictly, and refused when an object repeats a key.
 
 JSON parsers keep the last of two equal keys without a word, so `{"criteria": {"spam": ..., "spam":
 ...}}` would silently become a one-label question. Every object is parsed with its key order and
 remembers its first repeated key; `first_repeated_key` finds it with its location.
+
+What Python's parser accepts beyond JSON is refused too: `NaN`, `Infinity` and `-Infinity`, a number too
+large for a double (`1e400` would become infinity), and an integer literal of more than 4,300 digits
+(Python refuses to convert it; the refusal is this request's 400, not the server's 500).
 """
 
 from __future__ import annotations
@@ -13,11 +17,20 @@ from typing import Any, AsyncIterator
 from ..errors import DataError
 from .refusals import HttpRefusal, Located, field_path
 
+MAX_INTEGER_DIGITS = 4300
+"""Python's own default limit on converting digits to an int (`sys.get_int_max_str_digits`), held here
+whatever the interpreter is configured with: past it, converting costs time quadratic in the length."""
+JSON_MEDIA_TYPES = ("application/json",)
+
 
 class ParsedObject(dict):
     """A JSON object that remembers the first key it saw twice (None when every key is distinct)."""
 
     repeated: str | None = None
+
+
+class _NotJson(Exception):
+    """Raised from inside the parser's hooks; becomes the body's `DataError`."""
 
 
 def _object(pairs: list[tuple[str, Any]]) -> ParsedObject:
@@ -27,6 +40,39 @@ def _object(pairs: list[tuple[str, Any]]) -> ParsedObject:
             parsed.repeated = key
         parsed[key] = value
     return parsed
+
+
+def _constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON number (JSON has no NaN or infinity)")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _NotJson(f"the number {text[:20]}{'...' if len(text) > 20 else ''} is too large for a double")
+    return value
+
+
+def _int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INTEGER_DIGITS:
+        raise _NotJson(f"an integer of {digits} digits; at most {MAX_INTEGER_DIGITS} are accepted")
+    return int(text)
+
+
+def json_content_type(header: str | None) -> bool:
+    """Whether a `Content-Type` says JSON: `application/json` (any case, parameters allowed, and only
+    `charset=utf-8` among charsets: JSON is UTF-8)."""
+    if not header:
+        return False
+    media, *parameters = (part.strip() for part in header.split(";"))
+    if media.lower() not in JSON_MEDIA_TYPES:
+        return False
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            return False
+    return True
 
 
 async def read_body(chunks: AsyncIterator[bytes], declared_length: str | None, limit: int) -> bytes:
@@ -51,14 +97,26 @@ def parse_json(body: bytes) -> Any:
     except UnicodeDecodeError as error:
         raise Located(DataError(f"the request body is not UTF-8 ({error.reason} at byte {error.start})"), "body") from None
     try:
-        return json.loads(text, object_pairs_hook=_object)
+        return json.loads(text, object_pairs_hook=_object, parse_constant=_constant, parse_float=_float, parse_int=_int)
     except json.JSONDecodeError as error:
         raise Located(
             DataError(f"the request body is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})"),
             "body",
         ) from None
+    except _NotJson as error:
+        raise Located(DataError(f"the request body is not valid JSON: {error}"), "body") from None
     except RecursionError:
         raise Located(DataError("the request body nests JSON too deeply"), "body") from None
+    except ValueError as error:  # a conversion the hooks did not foresee: still the body's fault
+        raise Located(DataError(f"the request body holds a value that cannot be read: {error}"), "body") from None
+
+
+def lone_surrogate(text: str) -> str | None:
+    """`U+D800` for the first lone surrogate in `text` (a `\\ud800` escape with no pair: not Unicode text), else None."""
+    for character in text:
+        if "\ud800" <= character <= "\udfff":
+            return f"U+{ord(character):04X}"
+    return None
 
 
 def first_repeated_key(value: Any, *path: str | int) -> tuple[str, str] | None:

@@ -1,9 +1,23 @@
-"""What `GET /metrics` reports, in the Prometheus text format (prometheus_client, one registry per app)."""
+"""What `GET /metrics` reports, in the Prometheus text format (prometheus_client, one registry per app).
+
+Besides the server's own metrics, the registry carries prometheus_client's process collector
+(`process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_open_fds`, ...), its Python
+platform collector (`python_info`) and its garbage-collector collector (`python_gc_*`).
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -14,8 +28,15 @@ __all__ = ["CONTENT_TYPE", "Metrics"]
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
         self.requests = Counter(
             "decisionflow_requests", "HTTP requests answered, by route and status.", ["route", "status"], registry=self.registry
+        )
+        self.errors = Counter(
+            "decisionflow_errors", "Requests answered with an error (4xx or 5xx), by route, status and error type.",
+            ["route", "status", "type"], registry=self.registry,
         )
         self.request_seconds = Histogram(
             "decisionflow_request_seconds", "Time from a request's arrival to its answer.", ["route"],
@@ -23,6 +44,10 @@ class Metrics:
         )
         self.in_flight = Gauge("decisionflow_requests_in_flight", "Requests being answered now.", registry=self.registry)
         self.queue_depth = Gauge("decisionflow_queue_depth", "Inputs waiting for the model.", registry=self.registry)
+        self.queue_wait_seconds = Histogram(
+            "decisionflow_queue_wait_seconds", "Time an input waited in the queue before its model call began.",
+            buckets=_SECONDS, registry=self.registry,
+        )
         self.batch_size = Histogram(
             "decisionflow_batch_size", "Inputs decided together in one model call.", buckets=_SIZES, registry=self.registry
         )
@@ -37,8 +62,15 @@ class Metrics:
             "decisionflow_rejected", "Inputs refused before reaching the model, by reason.", ["reason"], registry=self.registry
         )
         self.cancelled = Counter(
-            "decisionflow_cancelled", "Inputs whose client went away before the answer.", registry=self.registry
+            "decisionflow_cancelled", "Inputs dropped before their answer: the client went away or the request timed out.",
+            registry=self.registry,
         )
+        self.question_sets = Counter(
+            "decisionflow_question_set_cache", "/v1/systemone question sets looked up in the built-rubric cache, by result.",
+            ["result"], registry=self.registry,
+        )
+        for result in ("hit", "miss"):
+            self.question_sets.labels(result=result)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -5,8 +5,11 @@
 
 `field` names the offending part of the request (`body`, `state`, `questions.<id>.<key>`, `text`,
 `texts[3]`; null when no single field is at fault, e.g. a full queue). Errors the library raises on
-purpose get their status from `decisionflow.errors.outcome_of`; the few refusals that exist only in
-HTTP (an unknown route or rubric name: 404; a body over the size limit: 413) are `HttpRefusal`s.
+purpose get their status from `decisionflow.errors.outcome_of`; the refusals that exist only in HTTP
+(no or a wrong API key: 401; an unknown route or rubric name: 404; a body too slow to arrive: 408; a
+body over the size limit: 413; a body that is not JSON: 415; a request over its deadline: 504) are
+`HttpRefusal`s. Anything else a request raises is a 500 whose message names no internals: the traceback
+goes to the server's log, under the request's id.
 """
 
 from __future__ import annotations
@@ -38,9 +41,10 @@ class Refusal:
 class HttpRefusal(Exception):
     """A refusal that exists only in HTTP (404, 413), not in the library's error table."""
 
-    def __init__(self, status: int, type_: str, message: str, *, field: str | None = None) -> None:
+    def __init__(self, status: int, type_: str, message: str, *, field: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.refusal = Refusal(status, type_, message, field)
+        self.refusal = Refusal(status, type_, message, field, headers=headers or {})
 
 
 class Located(Exception):
@@ -59,7 +63,7 @@ def refusal_of(error: BaseException, *, field: str | None = None, retry_after_s:
     if isinstance(error, Located):
         return refusal_of(error.error, field=error.field, retry_after_s=retry_after_s)
     if not isinstance(error, DecisionflowError):
-        return Refusal(500, "InternalError", f"{type(error).__name__}: the server failed on this request")
+        return internal_error()
     status = outcome_of(error).http_status
     headers = {"Retry-After": str(retry_after_s)} if isinstance(error, Unavailable) else {}
     if isinstance(error, RubricError) and error.problems:
@@ -71,6 +75,12 @@ def refusal_of(error: BaseException, *, field: str | None = None, retry_after_s:
     return Refusal(status, type(error).__name__, message, field, headers=headers)
 
 
+def internal_error() -> Refusal:
+    """The answer for a failure of the server's own: nothing about it but that it happened (the log has the rest)."""
+    return Refusal(500, "InternalError", "the server failed on this request; its log has the details under "
+                                         "this request's X-Request-ID")
+
+
 def field_path(*parts: str | int) -> str:
     """A request location: `questions.spam.criteria`; a key that is not a plain name is quoted, `questions["a.b"]`."""
     path = ""
@@ -80,5 +90,7 @@ def field_path(*parts: str | int) -> str:
         elif part.isidentifier():
             path += f".{part}" if path else part
         else:
-            path += f"[{json.dumps(part, ensure_ascii=False)}]"
+            # A lone surrogate cannot be written as UTF-8: such a key is shown escaped (`["\\ud800"]`).
+            printable = not any("\ud800" <= character <= "\udfff" for character in part)
+            path += f"[{json.dumps(part, ensure_ascii=not printable)}]"
     return path

@@ -3,6 +3,10 @@
 On SIGTERM or Ctrl-C uvicorn stops accepting connections, lets the requests it has accepted finish
 (up to `graceful_shutdown_s`), and only then shuts the app down: the micro-batcher finishes whatever
 is still queued before the model thread is released.
+
+uvicorn is configured from the app's `ServeSettings`: at most `limit_concurrency` connections and
+requests at once (a plain 503 beyond), no `Server` header, uvicorn's access log off (the app writes its
+own JSON line per request, see `logs`), and the `decisionflow.serve` logger on stderr at `log_level`.
 """
 
 from __future__ import annotations
@@ -11,6 +15,10 @@ import socket
 from typing import Any, Callable
 
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
+
+from .logs import log_config
+from .settings import ServeSettings
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -39,15 +47,25 @@ class Server(uvicorn.Server):
             self._on_started()
 
 
-def server_for(app: Any, *, graceful_shutdown_s: float = 30.0, log_level: str = "info",
+def settings_of(app: Any) -> ServeSettings:
+    """The settings `create_app` gave `app` (defaults for another app)."""
+    service = getattr(getattr(app, "state", None), "service", None)
+    settings = getattr(service, "settings", None)
+    return settings if isinstance(settings, ServeSettings) else ServeSettings()
+
+
+def server_for(app: Any, *, graceful_shutdown_s: float | None = None, log_level: str = "info",
                on_started: Callable[[], None] | None = None) -> Server:
+    settings = settings_of(app)
     config = uvicorn.Config(
-        app, log_level=log_level, timeout_graceful_shutdown=graceful_shutdown_s, lifespan="on", access_log=False,
+        app, log_level=log_level, log_config=log_config(log_level, LOGGING_CONFIG),
+        timeout_graceful_shutdown=settings.graceful_shutdown_s if graceful_shutdown_s is None else graceful_shutdown_s,
+        lifespan="on", access_log=False, server_header=False, limit_concurrency=settings.limit_concurrency,
     )
     return Server(config, on_started)
 
 
-def serve(app: Any, sock: socket.socket, *, graceful_shutdown_s: float = 30.0, log_level: str = "info",
+def serve(app: Any, sock: socket.socket, *, graceful_shutdown_s: float | None = None, log_level: str = "info",
           on_started: Callable[[], None] | None = None) -> None:
     """Serve `app` on `sock` until SIGTERM/SIGINT (in the main thread) or until the server is told to stop."""
     server_for(app, graceful_shutdown_s=graceful_shutdown_s, log_level=log_level, on_started=on_started).run(sockets=[sock])

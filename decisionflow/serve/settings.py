@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+BODY_BYTES_PER_POSITION = 16
+"""The default body limit per position of the model's context: English text runs about 4 bytes per token,
+JSON-escaped non-Latin text (`\\uXXXX`, 6 bytes a character) a few times that; a body beyond this holds more
+than the model can read."""
+MIN_BODY_BYTES = 64 << 10
+"""The default body limit never goes below this, however small the context."""
+UNKNOWN_CONTEXT_BODY_BYTES = 1 << 20
+"""The default body limit of a model that does not say how long its context is."""
+
 
 @dataclass(frozen=True)
 class Limits:
-    max_body_bytes: int = 1 << 20
-    """A request body larger than this is refused (413) before it is parsed."""
+    max_body_bytes: int | None = None
+    """A request body larger than this is refused (413) before it is parsed. None: sized to the model's
+    context (`body_limit_for`): 16 bytes per position, at least 64 KiB (128 KiB for an 8,192-position model)."""
     max_questions: int = 32
     """Questions per `/v1/systemone` request: each one is a field of the compiled rubric and a row of every pass."""
     max_options: int = 64
@@ -23,6 +33,22 @@ class Limits:
     """What a 503 for a full queue tells the client to wait before trying again."""
     max_cached_question_sets: int = 256
     """`/v1/systemone` question sets kept as built rubrics (the engine keeps their compiled form and head cache)."""
+    body_timeout_s: float = 30.0
+    """A body not fully received this long after the request began is refused (408) and the connection closed:
+    a client sending one byte at a time cannot hold a request open."""
+    request_timeout_s: float | None = None
+    """A request not answered this long after it arrived is answered 504; its inputs leave the queue if the
+    model has not started on them. None: no deadline."""
+
+
+def body_limit_for(engine: object, limits: Limits) -> int:
+    """`limits.max_body_bytes`, or the default sized to `engine`'s context when it is None."""
+    if limits.max_body_bytes is not None:
+        return limits.max_body_bytes
+    positions = int(getattr(getattr(engine, "backend", None), "max_positions", 0) or 0)
+    if not positions:
+        return UNKNOWN_CONTEXT_BODY_BYTES
+    return max(MIN_BODY_BYTES, positions * BODY_BYTES_PER_POSITION)
 
 
 @dataclass(frozen=True)
@@ -32,12 +58,35 @@ class Batching:
     max_wait_ms: float = 5.0
     """How long the first input of an idle model waits for others of the same rubric to join it."""
     token_budget: int = 4096
-    """New tokens (inputs and rows) of one model call; further inputs wait for the next call."""
+    """New tokens (inputs and rows) of one model call; further inputs wait for the next call. `create_app`
+    gives the engine the same budget (`EngineOptions.max_batch_tokens`), so the call is packed in one pass."""
+
+
+@dataclass(frozen=True)
+class Access:
+    api_keys: tuple[str, ...] = ()
+    """Bearer tokens accepted in `Authorization`; empty: every route is open."""
+    protect_health: bool = False
+    """With keys: `/healthz` and `/readyz` need one too (off: probes need no key)."""
+    protect_metrics: bool = False
+    """With keys: `/metrics` needs one too (off: a scraper needs no key)."""
+    docs: bool = False
+    """Serve `/docs`, `/redoc` and `/openapi.json` (behind the key, when there are keys)."""
+    cors_origins: tuple[str, ...] = ()
+    """Origins a browser may call the API from (`*` for any); empty: no CORS headers at all."""
 
 
 @dataclass(frozen=True)
 class ServeSettings:
     limits: Limits = field(default_factory=Limits)
     batching: Batching = field(default_factory=Batching)
+    access: Access = field(default_factory=Access)
+    served_model_name: str | None = None
+    """The model's name in answers and `/v1/models`. None: the loaded model's name, a local path cut to
+    its last part (a server never tells clients where its files are)."""
     graceful_shutdown_s: float = 30.0
     """On SIGTERM, how long requests already accepted may take to finish before they are cancelled."""
+    limit_concurrency: int | None = 512
+    """Open connections and requests uvicorn holds at once; beyond it a new request gets a plain 503 at once."""
+    work_threads: int = 2
+    """Threads that parse bodies, build question sets and tokenise inputs, so the event loop never does."""

@@ -4,7 +4,8 @@ Request: `{"state": str | object | [{role, content}, ...], "questions": {id: {"t
 "score", "instructions": str, "criteria": ...}}}` (`noul`: optional `{"true": desc, "false": desc}`;
 `choice`: `{label: description or null}`; `score`: a list of 2-10 level descriptions, level i scoring i).
 Response: `{"model": ..., "answers": {id: {"type": "noul", "noul": P(true)} | {"type": "choice", "choice":
-label, "probabilities": {...}} | {"type": "score", "score": expected level, "probabilities": {"0": ...}}},
+label, "probabilities": {...}, "confidence": P(label)} | {"type": "score", "score": expected level,
+"legend": {"0": description, ...}, "probabilities": {"0": ...}, "confidence": P(likeliest level)}},
 "usage": {"input_tokens": n, "output_tokens": 0}}`.
 
 How a question set becomes a rubric:
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from pydantic import ValidationError
 
 from ..errors import DataError, Problem, RubricError
 from ..spec.rubric import FieldKind, FieldSpec, Rubric, normalise_label
-from .body import first_repeated_key
+from .body import first_repeated_key, lone_surrogate
 from .refusals import Located, field_path
 from .settings import Limits
 
@@ -86,7 +88,7 @@ def parse_request(body: Any, limits: Limits) -> SystemOneRequest:
         raise _repeated_key_error(*repeated)
     unknown = [key for key in body if key not in REQUEST_KEYS]
     if unknown:
-        raise Located(DataError(f"unknown key {unknown[0]!r} (allowed: state, questions, model)"), unknown[0])
+        raise Located(DataError(f"unknown key {unknown[0]!r} (allowed: state, questions, model)"), field_path(unknown[0]))
     for key in ("state", "questions"):
         if key not in body:
             raise Located(DataError(f"the request has no `{key}`"), key)
@@ -101,6 +103,13 @@ def parse_request(body: Any, limits: Limits) -> SystemOneRequest:
     if len(raw) > limits.max_questions:
         raise _problems([Problem(SOURCE, "questions", f"{len(raw)} questions; at most {limits.max_questions} per request")])
     problems: list[Problem] = []
+    for qid in raw:
+        bad = lone_surrogate(qid)
+        if bad:
+            problems.append(Problem(SOURCE, field_path("questions", qid), f"the question id holds a lone surrogate "
+                                                                          f"({bad}): it is not Unicode text"))
+    if problems:
+        raise _problems(problems)
     questions = [_question(str(qid), spec, limits, problems) for qid, spec in raw.items()]
     if problems:
         raise _problems(problems)
@@ -127,6 +136,10 @@ def _question(qid: str, spec: Any, limits: Limits, problems: list[Problem]) -> Q
     for key in spec:
         if key not in QUESTION_KEYS:
             problems.append(Problem(SOURCE, field_path(*where, key), f"unknown key (allowed: {', '.join(QUESTION_KEYS)})"))
+    if not isinstance(spec.get("type", ""), str):
+        problems.append(Problem(SOURCE, field_path(*where, "type"), f"must be one of {', '.join(QUESTION_TYPES)} "
+                                                                   f"(got {_json_type(spec['type'])})"))
+        return None
     kind = spec.get("type")
     if kind not in QUESTION_TYPES:
         got = "missing" if "type" not in spec else f"{kind!r} is not one"
@@ -135,6 +148,9 @@ def _question(qid: str, spec: Any, limits: Limits, problems: list[Problem]) -> Q
     if not isinstance(instructions, str) or not instructions.strip():
         got = "missing" if "instructions" not in spec else f"got {_json_type(instructions)}" if not isinstance(instructions, str) else "got blank text"
         problems.append(Problem(SOURCE, field_path(*where, "instructions"), f"must be the question as non-blank text ({got})"))
+    elif lone_surrogate(instructions):
+        problems.append(Problem(SOURCE, field_path(*where, "instructions"),
+                                f"holds a lone surrogate ({lone_surrogate(instructions)}): it is not Unicode text"))
     criteria = None
     if kind in QUESTION_TYPES:
         criteria = _CRITERIA[kind](spec.get("criteria"), "criteria" in spec, field_path(*where, "criteria"), limits, problems)
@@ -153,7 +169,8 @@ def _noul_criteria(value: Any, given: bool, where: str, limits: Limits, problems
     described: dict[str, str] = {}
     for key, description in value.items():
         if key not in ("true", "false"):
-            problems.append(Problem(SOURCE, f"{where}.{key}" if key.isidentifier() else where, f"unknown answer {key!r} (a noul question answers true or false)"))
+            problems.append(Problem(SOURCE, f"{where}.{key}" if key.isidentifier() and key.isascii() else where,
+                                    f"unknown answer {key!r} (a noul question answers true or false)"))
         elif description is not None:
             text = _description(description, f"{where}.{key}", problems)
             if text:
@@ -175,6 +192,10 @@ def _choice_criteria(value: Any, given: bool, where: str, limits: Limits, proble
     options: dict[str, str] = {}
     seen: dict[str, str] = {}
     for label, description in value.items():
+        if lone_surrogate(label):
+            problems.append(Problem(SOURCE, where, f"label {label!r} holds a lone surrogate ({lone_surrogate(label)}): "
+                                                   "it is not Unicode text"))
+            continue
         if not label.strip() or label != label.strip() or any(unicodedata.category(ch)[0] == "C" for ch in label):
             problems.append(Problem(SOURCE, where, f"label {label!r} is blank, has leading or trailing spaces, or holds control characters"))
             continue
@@ -202,6 +223,10 @@ def _score_criteria(value: Any, given: bool, where: str, limits: Limits, problem
 def _description(value: Any, where: str, problems: list[Problem], *, required: bool = False) -> str:
     if not isinstance(value, str) or (required and not value.strip()):
         problems.append(Problem(SOURCE, where, f"must be a description as text, got {_json_type(value) if not isinstance(value, str) else 'blank text'}"))
+        return ""
+    if lone_surrogate(value):
+        problems.append(Problem(SOURCE, where, f"the description holds a lone surrogate ({lone_surrogate(value)}): "
+                                               "it is not Unicode text"))
         return ""
     return " ".join(value.split())  # one line in the prompt's catalog
 
@@ -237,23 +262,32 @@ def _json_type(value: Any) -> str:
 
 
 class QuestionSets:
-    """Question sets already built into rubrics, by content; the least recently used go first."""
+    """Question sets already built into rubrics, by content; the least recently used go first. Safe to use
+    from several threads (requests are parsed on a small pool); `hits` and `misses` count the lookups."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._sets: OrderedDict[str, QuestionSet] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
 
-    def get(self, questions: tuple[Question, ...]) -> QuestionSet:
+    def get(self, questions: tuple[Question, ...]) -> tuple[QuestionSet, bool]:
+        """The question set built (or found) for `questions`, and whether it was found."""
         key = json.dumps(sorted([q.id, q.type, q.instructions, q.criteria] for q in questions), ensure_ascii=False)
-        found = self._sets.get(key)
-        if found is not None:
-            self._sets.move_to_end(key)
-            return found
-        built = build_question_set(questions)
-        self._sets[key] = built
-        while len(self._sets) > self.capacity:
-            self._sets.popitem(last=False)
-        return built
+        with self._lock:
+            found = self._sets.get(key)
+            if found is not None:
+                self._sets.move_to_end(key)
+                self.hits += 1
+                return found, True
+        built = build_question_set(questions)  # outside the lock: two threads may build one set, never wait
+        with self._lock:
+            self.misses += 1
+            self._sets[key] = built
+            while len(self._sets) > self.capacity:
+                self._sets.popitem(last=False)
+        return built, False
 
 
 def build_question_set(questions: tuple[Question, ...]) -> QuestionSet:
@@ -317,13 +351,25 @@ def answers_of(decision: Any, request: SystemOneRequest, question_set: QuestionS
     answers: dict[str, Any] = {}
     for question in request.questions:
         result = decision.fields[question_set.field_of[question.id]]
+        probabilities = dict(result.probabilities)
         if question.type == "noul":
-            answers[question.id] = {"type": "noul", "noul": result.probabilities["true"]}
+            answers[question.id] = {"type": "noul", "noul": probabilities["true"]}
         elif question.type == "choice":
-            answers[question.id] = {"type": "choice", "choice": result.value, "probabilities": dict(result.probabilities)}
+            answers[question.id] = {"type": "choice", "choice": result.value, "probabilities": probabilities,
+                                    "confidence": _confidence(result.value, probabilities)}
         else:
-            answers[question.id] = {"type": "score", "score": result.expected_value, "probabilities": dict(result.probabilities)}
+            answers[question.id] = {
+                "type": "score", "score": result.expected_value,
+                "legend": {str(level): text for level, text in enumerate(question.criteria)},
+                "probabilities": probabilities, "confidence": _confidence(result.value, probabilities),
+            }
     return answers
+
+
+def _confidence(chosen: Any, probabilities: dict[str, float]) -> float:
+    """The probability of the chosen answer (the likeliest label or level; `score` is the expected level and
+    may fall between levels). The likeliest answer's, should the chosen one not be listed."""
+    return probabilities.get(str(chosen), max(probabilities.values()))
 
 
 def usage_of(decision: Any) -> dict[str, int]:

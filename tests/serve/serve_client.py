@@ -46,21 +46,29 @@ class Client:
     def __init__(self, port: int, timeout: float = 120.0) -> None:
         self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
 
-    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None) -> Reply:
+    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+                headers: dict[str, str | None] | None = None) -> Reply:
+        """`headers` are added to (or, given as None, taken from) the default `Content-Type: application/json`
+        of a request with a body."""
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        self.connection.request(method, path, body=data, headers=headers)
+        sent = {"Content-Type": "application/json"} if data is not None else {}
+        for name, value in (headers or {}).items():
+            sent.pop(name, None)
+            if value is not None:
+                sent[name] = value
+        self.connection.request(method, path, body=data, headers=sent)
         response = self.connection.getresponse()
         payload = response.read()
         kind = response.getheader("content-type", "")
         parsed = json.loads(payload) if "json" in kind else payload.decode()
         return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, parsed)
 
-    def post(self, path: str, body: Any = None, *, raw: bytes | None = None) -> Reply:
-        return self.request("POST", path, body, raw=raw)
+    def post(self, path: str, body: Any = None, *, raw: bytes | None = None,
+             headers: dict[str, str | None] | None = None) -> Reply:
+        return self.request("POST", path, body, raw=raw, headers=headers)
 
-    def get(self, path: str) -> Reply:
-        return self.request("GET", path)
+    def get(self, path: str, *, headers: dict[str, str | None] | None = None) -> Reply:
+        return self.request("GET", path, headers=headers)
 
     def close(self) -> None:
         self.connection.close()
@@ -70,6 +78,13 @@ class Client:
 def running_server(engine: Any, folder: Any, settings: Any = None) -> Iterator[int]:
     """Start the app on 127.0.0.1 (a free port) in a thread; yield the port; stop it gracefully.
     `folder`: the rubric folder served, or a `RubricRegistry` built already."""
+    with running_app(engine, folder, settings) as (_, port):
+        yield port
+
+
+@contextmanager
+def running_app(engine: Any, folder: Any, settings: Any = None) -> Iterator[tuple[Any, int]]:
+    """`running_server`, yielding the app with the port (for tests that look inside the running app)."""
     from decisionflow.serve import RubricRegistry, create_app
     from decisionflow.serve.server import bind, server_for
 
@@ -82,7 +97,7 @@ def running_server(engine: Any, folder: Any, settings: Any = None) -> Iterator[i
     thread.start()
     assert started.wait(60), "the server did not start"
     try:
-        yield sock.getsockname()[1]
+        yield app, sock.getsockname()[1]
     finally:
         server.should_exit = True
         thread.join(60)

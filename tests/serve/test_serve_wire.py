@@ -35,13 +35,17 @@ def test_systemone_answers_every_question_in_the_wire_format(client, engine):
     assert list(body["answers"]) == list(QUESTIONS)  # keyed by the ids as given, in the request's order
     noul, choice, score = (body["answers"][qid] for qid in QUESTIONS)
     assert set(noul) == {"type", "noul"} and noul["type"] == "noul" and 0.0 < noul["noul"] < 1.0
-    assert set(choice) == {"type", "choice", "probabilities"} and choice["type"] == "choice"
+    assert set(choice) == {"type", "choice", "probabilities", "confidence"} and choice["type"] == "choice"
     assert list(choice["probabilities"]) == ["billing", "shipping", "returns"]
     assert choice["choice"] == max(choice["probabilities"], key=choice["probabilities"].get)
     assert sum(choice["probabilities"].values()) == pytest.approx(1.0)
-    assert set(score) == {"type", "score", "probabilities"} and list(score["probabilities"]) == ["0", "1", "2", "3"]
+    assert choice["confidence"] == choice["probabilities"][choice["choice"]]  # the chosen label's probability
+    assert set(score) == {"type", "score", "legend", "probabilities", "confidence"}
+    assert list(score["probabilities"]) == ["0", "1", "2", "3"]
+    assert score["legend"] == {"0": "trivial", "1": "minor", "2": "serious", "3": "critical"}
     assert sum(score["probabilities"].values()) == pytest.approx(1.0)
     assert score["score"] == pytest.approx(sum(int(level) * p for level, p in score["probabilities"].items()))
+    assert score["confidence"] == max(score["probabilities"].values())  # the likeliest level's probability
     assert body["usage"]["output_tokens"] == 0
     assert body["usage"]["input_tokens"] > len(STATE.split())
 
