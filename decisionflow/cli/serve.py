@@ -71,6 +71,12 @@ def serve_command(
     max_questions: Annotated[int, typer.Option(min=1, help="Questions per /v1/systemone request.")] = 32,
     max_options: Annotated[int, typer.Option(min=2, help="Labels per choice question.")] = 64,
     max_texts: Annotated[int, typer.Option(min=1, help="Inputs per rubric request with `texts`.")] = 64,
+    new_question_sets_per_minute: Annotated[float, typer.Option(
+        min=0, help="New /v1/systemone question sets each client (API key; all clients without keys) may have "
+                    "prepared per minute; beyond it 429. Sets already prepared are never limited.")] = 30.0,
+    new_question_set_burst: Annotated[int, typer.Option(min=1, help="New question sets a client may have prepared at once.")] = 4,
+    max_question_set_head_tokens: Annotated[int, typer.Option(
+        min=1, help="Longest prompt (tokens before the input) of a /v1/systemone question set.")] = 2048,
     body_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds a request body may take to arrive (408 after).")] = 30.0,
     request_timeout: Annotated[
         float | None,
@@ -123,7 +129,9 @@ def serve_command(
     settings = ServeSettings(
         limits=Limits(max_body_bytes=max_body_bytes, max_questions=max_questions, max_options=max_options,
                       max_texts=max_texts, max_queue=max_queue, body_timeout_s=body_timeout,
-                      request_timeout_s=request_timeout),
+                      request_timeout_s=request_timeout, new_question_sets_per_minute=new_question_sets_per_minute,
+                      new_question_set_burst=new_question_set_burst,
+                      max_question_set_head_tokens=max_question_set_head_tokens),
         batching=Batching(enabled=batching, max_wait_ms=batch_wait_ms, token_budget=batch_tokens),
         access=Access(api_keys=keys, protect_health=protect_health, protect_metrics=protect_metrics, docs=docs,
                       cors_origins=tuple(cors_origin or ())),

@@ -22,6 +22,7 @@ import functools
 import hashlib
 import hmac
 import json
+import math
 import re
 import time
 import uuid
@@ -41,6 +42,7 @@ from starlette.routing import Match
 from ..errors import CompileError, DataError, DecisionflowError, InputError, Unavailable
 from ..runtime.executor import check_fits
 from .batcher import MicroBatcher, Timing
+from .budget import ANONYMOUS, PreparationBudget
 from .body import first_repeated_key, json_content_type, parse_json, read_body
 from .logs import log
 from .metrics import CONTENT_TYPE, Metrics
@@ -52,6 +54,7 @@ from .systemone import (
     QuestionSets,
     SystemOneRequest,
     answers_of,
+    build_question_set,
     located_compile_error,
     parse_request,
     usage_of,
@@ -83,6 +86,8 @@ class RequestNote:
     rubric: str | None = None
     error_type: str | None = None
     timing: Timing = field(default_factory=Timing)
+    client: str = ANONYMOUS
+    """Whose budget a new question set is charged to: the API key's position (`key 2`), or every client's."""
 
 
 def note_of(request: Request) -> RequestNote:
@@ -125,7 +130,8 @@ class DecisionService:
         self.limits = settings.limits
         self.metrics = metrics
         self.batcher = MicroBatcher(engine, settings.batching, max_queue=self.limits.max_queue, metrics=metrics)
-        self.question_sets = QuestionSets(self.limits.max_cached_question_sets)
+        self.question_sets = QuestionSets(self.limits.max_cached_question_sets, self.limits.max_cached_question_set_bytes)
+        self.budget = PreparationBudget(self.limits.new_question_sets_per_minute, self.limits.new_question_set_burst)
         self.work = ThreadPoolExecutor(max_workers=max(1, settings.work_threads), thread_name_prefix="decisionflow-work")
         self.model_name = settings.served_model_name or public_model_name(str(engine.loaded.name))
         self.started = False
@@ -150,12 +156,10 @@ class DecisionService:
     async def systemone(self, raw: bytes, note: RequestNote) -> dict[str, Any]:
         note.rubric = "systemone"
         self.batcher.refuse_if_full(1)  # before any parsing, building or tokenising
-        parsed, question_set = await self.off_loop(self._systemone_request, raw)
+        parsed, question_set = await self.off_loop(self._systemone_request, raw, note.client)
         rubric = question_set.rubric
         try:
             cost = await self._admit(rubric, parsed.state)
-        except CompileError as error:
-            raise Located(error, located_compile_error(str(error), question_set)) from None
         except _RubricTooLong as error:
             raise Located(error.error, "questions") from None
         except InputError as error:
@@ -165,11 +169,44 @@ class DecisionService:
             raise Located(outcome, "state") if isinstance(outcome, InputError) else outcome
         return {"model": self.model_name, "answers": answers_of(outcome, parsed, question_set), "usage": usage_of(outcome)}
 
-    def _systemone_request(self, raw: bytes) -> tuple[SystemOneRequest, QuestionSet]:
+    def _systemone_request(self, raw: bytes, client: str) -> tuple[SystemOneRequest, QuestionSet]:
+        """The request parsed and its question set ready: found, or (within the client's budget) built,
+        compiled and checked against the limits before anything is cached."""
         parsed = parse_request(parse_json(raw), self.limits)
-        question_set, hit = self.question_sets.get(parsed.questions)
-        self.metrics.question_sets.labels(result="hit" if hit else "miss").inc()
+        key = self.question_sets.key(parsed.questions)
+        question_set = self.question_sets.find(key)
+        self.metrics.question_sets.labels(result="hit" if question_set is not None else "miss").inc()
+        prepared = self.engine.prepared
+        if question_set is not None and question_set.rubric in prepared:
+            return parsed, question_set
+        wait = self.budget.charge(client)
+        if wait is not None:
+            self.metrics.rejected.labels(reason="question_set_budget").inc()
+            raise HttpRefusal(
+                429, "TooManyQuestionSets",
+                f"this client has prepared its {self.limits.new_question_set_burst} new question sets and may prepare "
+                f"{self.limits.new_question_sets_per_minute:g} a minute; ask again later, or reuse a question set "
+                "already asked (those are never limited)",
+                field="questions", headers={"Retry-After": str(max(1, math.ceil(min(wait, 3600))))},
+            )
+        self.metrics.preparations.inc()
+        if question_set is None:
+            question_set = build_question_set(parsed.questions)
+        try:
+            prepared.get(question_set.rubric, check=self._head_within_limit)
+        except CompileError as error:
+            raise Located(error, located_compile_error(str(error), question_set)) from None
+        self.question_sets.add(key, question_set)
         return parsed, question_set
+
+    def _head_within_limit(self, prepared: Any) -> None:
+        head = len(prepared.compiled.head_tokens)
+        limit = self.limits.max_question_set_head_tokens
+        if head > limit:
+            raise Located(DataError(
+                f"the question set's prompt is {head} tokens before the input; at most {limit} "
+                "(max_question_set_head_tokens): ask fewer questions, or shorten their instructions and criteria"
+            ), "questions")
 
     # -- /v1/rubrics/{name}/decide ------------------------------------------------------------------
 
@@ -321,6 +358,11 @@ def create_app(engine: Any, registry: RubricRegistry | None = None, settings: Se
     registry = registry or RubricRegistry.from_folder()
     registry.check_heads(engine)
     _give_engine_the_budget(engine, settings.batching.token_budget)
+    prepared = getattr(engine, "prepared", None)
+    if prepared is not None:
+        for entry in registry.entries.values():
+            prepared.pin(entry.rubric)  # new question sets never push a served rubric out of the cache
+        metrics.watch_prepared(prepared)
     service = DecisionService(engine, registry, settings, metrics)
     access = settings.access
 
@@ -488,8 +530,8 @@ class _KeyGuard:
         self.digests = [hashlib.sha256(key.encode("utf-8")).digest() for key in keys]
         self.open_paths = open_paths
 
-    def _accepts(self, headers: list[tuple[bytes, bytes]]) -> bool | None:
-        """True for a valid key, False for a wrong one, None for none sent."""
+    def _accepts(self, headers: list[tuple[bytes, bytes]]) -> int | bool | None:
+        """The valid key's position (0, 1, ...), False for a wrong one, None for none sent."""
         values = [value for name, value in headers if name == b"authorization"]
         if not values:
             return None
@@ -497,9 +539,10 @@ class _KeyGuard:
         if scheme.lower() != b"bearer":
             return False
         digest = hashlib.sha256(token.strip()).digest()
-        matched = False
-        for known in self.digests:
-            matched |= hmac.compare_digest(digest, known)
+        matched: int | bool = False
+        for position, known in enumerate(self.digests):
+            if hmac.compare_digest(digest, known):
+                matched = position
         return matched
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -507,7 +550,10 @@ class _KeyGuard:
             await self.app(scope, receive, send)
             return
         accepted = self._accepts(scope["headers"])
-        if accepted:
+        if accepted is not None and accepted is not False:
+            note = scope.setdefault("state", {}).get(NOTE)
+            if note is not None:
+                note.client = f"key {accepted + 1}"  # its position in --api-key, never the key itself
             await self.app(scope, receive, send)
             return
         message = ("this server needs an API key: send `Authorization: Bearer <key>`" if accepted is None

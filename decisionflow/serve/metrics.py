@@ -7,6 +7,8 @@ platform collector (`python_info`) and its garbage-collector collector (`python_
 
 from __future__ import annotations
 
+from typing import Any, Iterator
+
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import (
     CollectorRegistry,
@@ -18,6 +20,8 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -71,6 +75,34 @@ class Metrics:
         )
         for result in ("hit", "miss"):
             self.question_sets.labels(result=result)
+        self.preparations = Counter(
+            "decisionflow_question_set_preparations", "New /v1/systemone question sets admitted for preparation "
+            "(compile, head prefill, content-free reading), within the clients' budgets.", registry=self.registry,
+        )
+
+    def watch_prepared(self, prepared: Any) -> None:
+        """Report the engine's prepared-rubric cache (`runtime.prepared.PreparedRubrics`) at every scrape."""
+        self.registry.register(_PreparedCollector(prepared))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _PreparedCollector(Collector):
+    """The engine's prepared-rubric cache as metrics, read when scraped (the cache keeps the counts)."""
+
+    def __init__(self, prepared: Any) -> None:
+        self.prepared = prepared
+
+    def collect(self) -> Iterator[Any]:
+        counts = self.prepared.counts
+        events = CounterMetricFamily(
+            "decisionflow_prepared_rubric_events", "The engine's prepared-rubric cache: hits, rubrics prepared "
+            "(compiled), heads prefilled or loaded from disk, and evictions.", labels=["event"],
+        )
+        for event in ("hits", "prepared", "heads_prefilled", "heads_loaded", "evicted"):
+            events.add_metric([event], getattr(counts, event))
+        yield events
+        yield GaugeMetricFamily("decisionflow_prepared_rubrics", "Rubrics the engine holds prepared.", value=len(self.prepared))
+        yield GaugeMetricFamily("decisionflow_prepared_head_bytes", "Bytes of the head KV caches the engine holds.",
+                                value=self.prepared.head_bytes)

@@ -33,6 +33,17 @@ class Limits:
     """What a 503 for a full queue tells the client to wait before trying again."""
     max_cached_question_sets: int = 256
     """`/v1/systemone` question sets kept as built rubrics (the engine keeps their compiled form and head cache)."""
+    max_cached_question_set_bytes: int = 32 << 20
+    """...and the bytes of their questions (ids, instructions, criteria) kept across them."""
+    new_question_sets_per_minute: float = 30.0
+    """New question sets (not yet prepared by the engine) each client may have prepared per minute: each
+    costs a compile, a head prefill and a content-free reading on the model thread everyone shares. Per
+    API key when the server has keys, else for all clients together; beyond it, 429 with `Retry-After`."""
+    new_question_set_burst: int = 4
+    """New question sets a client may have prepared at once before the per-minute rate applies."""
+    max_question_set_head_tokens: int = 2048
+    """A question set whose prompt (instructions and every question's catalog, before the input) is longer is
+    refused before it is cached: its head prefill on the shared model thread is what a new set costs most."""
     body_timeout_s: float = 30.0
     """A body not fully received this long after the request began is refused (408) and the connection closed:
     a client sending one byte at a time cannot hold a request open."""

@@ -262,31 +262,56 @@ def _json_type(value: Any) -> str:
 
 
 class QuestionSets:
-    """Question sets already built into rubrics, by content; the least recently used go first. Safe to use
-    from several threads (requests are parsed on a small pool); `hits` and `misses` count the lookups."""
+    """Question sets already built into rubrics, by content; the least recently used go first, beyond a
+    count and a byte budget. Safe to use from several threads (requests are parsed on a small pool);
+    `hits` and `misses` count the lookups. A set is added only once it was accepted (built, compiled,
+    within the limits): a refused set never pushes a good one out."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_bytes: int = 32 << 20) -> None:
         self.capacity = capacity
+        self.max_bytes = max_bytes
         self._sets: OrderedDict[str, QuestionSet] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def get(self, questions: tuple[Question, ...]) -> tuple[QuestionSet, bool]:
-        """The question set built (or found) for `questions`, and whether it was found."""
-        key = json.dumps(sorted([q.id, q.type, q.instructions, q.criteria] for q in questions), ensure_ascii=False)
+    def __len__(self) -> int:
+        return len(self._sets)
+
+    @staticmethod
+    def key(questions: tuple[Question, ...]) -> str:
+        """The set's identity: its questions' content in id order (the same set in any order is one set)."""
+        return json.dumps(sorted([q.id, q.type, q.instructions, q.criteria] for q in questions), ensure_ascii=False)
+
+    def find(self, key: str) -> QuestionSet | None:
         with self._lock:
             found = self._sets.get(key)
             if found is not None:
                 self._sets.move_to_end(key)
                 self.hits += 1
-                return found, True
-        built = build_question_set(questions)  # outside the lock: two threads may build one set, never wait
+            else:
+                self.misses += 1
+            return found
+
+    def add(self, key: str, built: QuestionSet) -> None:
         with self._lock:
-            self.misses += 1
+            if key in self._sets:
+                return
             self._sets[key] = built
-            while len(self._sets) > self.capacity:
-                self._sets.popitem(last=False)
+            self._bytes += len(key)
+            while len(self._sets) > 1 and (len(self._sets) > self.capacity or self._bytes > self.max_bytes):
+                dropped, _ = self._sets.popitem(last=False)
+                self._bytes -= len(dropped)
+
+    def get(self, questions: tuple[Question, ...]) -> tuple[QuestionSet, bool]:
+        """The question set built (or found) for `questions`, and whether it was found."""
+        key = self.key(questions)
+        found = self.find(key)
+        if found is not None:
+            return found, True
+        built = build_question_set(questions)  # outside the lock: two threads may build one set, never wait
+        self.add(key, built)
         return built, False
 
 

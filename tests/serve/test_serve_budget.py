@@ -1,0 +1,101 @@
+"""Cost control for new `/v1/systemone` question sets: a budget per client answered with 429 and
+`Retry-After` before anything is built or cached, sets already prepared never charged, a size limit
+checked before a set is cached, and served rubrics never pushed out of the engine's cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from serve_client import Client, rubric_folder, running_app  # noqa: F401 - fixtures
+from decisionflow.runtime.engine import Engine, EngineOptions
+from decisionflow.serve import Access, Limits, ServeSettings
+from decisionflow.serve.budget import PreparationBudget
+
+pytestmark = pytest.mark.model
+
+KEYS = ("first-key-0123456789", "second-key-0123456789")
+
+
+def question_set(word: str) -> dict:
+    return {
+        "state": "I was charged twice for my order, please refund one of the charges.",
+        "questions": {
+            "refund": {"type": "noul", "instructions": f"Does the customer ask for a refund? ({word})"},
+            "team": {"type": "choice", "instructions": "Which team handles it",
+                     "criteria": {"billing": "charges and invoices", "shipping": "delivery and parcels"}},
+        },
+    }
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_budget_gives_a_burst_then_refills_at_its_rate():
+    clock = Clock()
+    budget = PreparationBudget(per_minute=6, burst=2, clock=clock)
+    assert budget.charge("a") is None and budget.charge("a") is None
+    assert budget.charge("a") == pytest.approx(10.0)  # 6 a minute: one every 10 s
+    assert budget.charge("b") is None  # another client has a bucket of its own
+    clock.now = 5.0
+    assert budget.charge("a") == pytest.approx(5.0)
+    clock.now = 10.0
+    assert budget.charge("a") is None
+    clock.now = 1000.0
+    assert [budget.charge("a") for _ in range(3)][:2] == [None, None]  # refilled to the burst, never beyond
+
+
+@pytest.fixture(scope="module")
+def small_engine(engine) -> Engine:
+    """The session's model, with room for only three prepared rubrics."""
+    return Engine(engine.loaded, options=EngineOptions(max_prepared=3))
+
+
+def test_new_question_sets_beyond_a_clients_budget_get_429_and_prepared_ones_never_do(small_engine, rubric_folder):
+    limits = Limits(new_question_set_burst=2, new_question_sets_per_minute=0.5)
+    settings = ServeSettings(limits=limits, access=Access(api_keys=KEYS))
+    with running_app(small_engine, rubric_folder, settings) as (app, port):
+        first, second = Client(port), Client(port)
+        auth_1 = {"Authorization": f"Bearer {KEYS[0]}"}
+        auth_2 = {"Authorization": f"Bearer {KEYS[1]}"}
+        served = first.post("/v1/rubrics/tickets/decide", {"text": "Where is my parcel?"}, headers=auth_1)
+        assert served.status == 200
+        assert [first.post("/v1/systemone", question_set(w), headers=auth_1).status for w in ("one", "two")] == [200, 200]
+        prepared_before = len(small_engine.prepared)
+        refused = first.post("/v1/systemone", question_set("three"), headers=auth_1)
+        assert refused.status == 429, refused.body
+        assert refused.body["error"]["type"] == "TooManyQuestionSets"
+        assert 1 <= int(refused.headers["retry-after"]) <= 120
+        assert len(small_engine.prepared) == prepared_before  # nothing was compiled or cached for it
+        # A set this client already asked is prepared: never charged.
+        again = first.post("/v1/systemone", question_set("one"), headers=auth_1)
+        assert again.status == 200 and again.body["answers"]["team"]["type"] == "choice"
+        # Another key has its own budget.
+        assert second.post("/v1/systemone", question_set("three"), headers=auth_2).status == 200
+        assert second.post("/v1/systemone", question_set("four"), headers=auth_2).status == 200
+        # Four question sets were prepared in an engine that keeps three rubrics: the served one stayed.
+        tickets = app.state.service.registry.get("tickets").rubric
+        assert tickets in small_engine.prepared
+        metrics = first.get("/metrics", headers=auth_1).body
+        assert 'decisionflow_rejected_total{reason="question_set_budget"} 1.0' in metrics
+        assert "decisionflow_question_set_preparations_total 4.0" in metrics
+        assert 'decisionflow_prepared_rubric_events_total{event="evicted"}' in metrics
+        first.close()
+        second.close()
+
+
+def test_a_question_set_over_the_head_limit_is_refused_before_it_is_cached(engine, rubric_folder):
+    fresh = Engine(engine.loaded)
+    with running_app(fresh, rubric_folder, ServeSettings(limits=Limits(max_question_set_head_tokens=60))) as (app, port):
+        client = Client(port)
+        reply = client.post("/v1/systemone", question_set("long"))
+        assert reply.status == 400, reply.body
+        assert reply.body["error"]["field"] == "questions"
+        assert "tokens before the input; at most 60 (max_question_set_head_tokens)" in reply.body["error"]["message"]
+        assert len(fresh.prepared) == 0
+        assert len(app.state.service.question_sets) == 0
+        client.close()
