@@ -21,8 +21,8 @@ from pathlib import Path
 from decisionflow.bench.presets import load_preset
 from decisionflow.compiler import Catalog
 from decisionflow.quality import corrections, metrics
-from decisionflow.quality.readings import read_rows
 from decisionflow.quality.labelled import load_labelled, offered_labels, select_rows
+from decisionflow.quality.readings import read_rows
 from decisionflow.runtime.debias import CONTENT_FREE_INPUTS
 from decisionflow.runtime.engine import Engine, EngineOptions
 from decisionflow.spec.references import shipped_workflow

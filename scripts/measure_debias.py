@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from decisionflow.quality import corrections, metrics
-from decisionflow.quality.readings import read_rows
 from decisionflow.quality.labelled import LabelledRow, load_labelled, select_rows
+from decisionflow.quality.readings import read_rows
 from decisionflow.quality.significance import paired_difference
 from decisionflow.quality.variants import choice_labels, cyclic_orders, minimal_rubric, reordered_rubric
 from decisionflow.runtime.debias import CONTENT_FREE_INPUTS
@@ -271,7 +271,7 @@ def method_table(methods: dict[str, Any]) -> list[str]:
     lines = ["| method | accuracy | Δ accuracy vs raw [95 % CI] | macro-F1 | Δ macro-F1 [95 % CI] | ECE | labels predicted |",
              "| --- | ---: | --- | ---: | --- | ---: | ---: |"]
     for method, f in methods.items():
-        def diff(key: str) -> str:
+        def diff(key: str, f: dict = f) -> str:
             d = f.get(key)
             return "" if d is None else f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] {d['verdict']}"
         lines.append(f"| {method} | {f['accuracy']:.3f} | {diff('vs_raw_accuracy')} | {f['macro_f1']:.3f} | "

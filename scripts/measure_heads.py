@@ -90,9 +90,9 @@ def collect(engine, name: str, split: str, cache: Path, *, with_means: bool = Tr
 
 def features_of(data: dict, layers: tuple[int, ...], *, mean: bool, zero_shot: bool) -> torch.Tensor:
     size = data["hidden"].shape[1] // len(LAYERS)
-    parts = [data["hidden"][:, LAYERS.index(l) * size:(LAYERS.index(l) + 1) * size] for l in layers]
+    parts = [data["hidden"][:, LAYERS.index(layer) * size:(LAYERS.index(layer) + 1) * size] for layer in layers]
     if mean:
-        parts += [data["mean"][:, LAYERS.index(l) * size:(LAYERS.index(l) + 1) * size] for l in layers]
+        parts += [data["mean"][:, LAYERS.index(layer) * size:(LAYERS.index(layer) + 1) * size] for layer in layers]
     if zero_shot:
         parts.append(torch.log(data["zero_shot"].clamp_min(1e-6)))
     return torch.cat(parts, dim=1)
@@ -149,7 +149,6 @@ def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean
     rubric = load_rubric(ROOT / rubric_path)
     zero_shot_dev = float((dev["zero_shot"].argmax(dim=1) == dev["gold"]).float().mean())
     out = []
-    size = train["hidden"].shape[1] // len(LAYERS)
     for k in ks:
         chosen = subsample(train["gold"], k)
         data = FieldData()

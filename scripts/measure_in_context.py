@@ -132,7 +132,7 @@ def main() -> None:
             dev = random.Random(0).sample(dev, DEV_SUBSET[name])
         texts, gold = [r["text"] for r in dev], [r[column] for r in dev]
 
-        def compiled_with(examples):
+        def compiled_with(examples, rubric=rubric):
             return compile_rubric(engine.tokenizer, rubric, mode=engine.options.mode, view=engine.view,
                                   catalog=engine.options.catalog, examples=examples)
 

@@ -15,6 +15,7 @@ from ..runtime.loading import cache_root
 from ..spec.rubric import AnswerFormat, FieldKind, Rubric, Value
 from .generation import MethodResult, check_value
 
+
 def pcd_schema(rubric: Rubric, original: dict[str, Any] | None = None) -> dict[str, Any]:
     """The schema mapping pcd reads: booleans and enums (score levels become enums of their digits)."""
     if original is not None:

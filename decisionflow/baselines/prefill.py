@@ -18,6 +18,7 @@ from ..runtime.readout import read_field
 from ..spec.rubric import Value
 from .generation import MethodResult
 
+
 def _readout(compiled_field: Any, row_logprobs: dict[int, Any]) -> Value:
     reading = read_field(compiled_field, row_logprobs)
     best = max(range(len(compiled_field.values)), key=reading.probabilities.__getitem__)

@@ -10,6 +10,7 @@ accuracy.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import platform
 import statistics
@@ -128,9 +129,9 @@ def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[
     """The methods' runners. decisionflow's run on `engine`, as a user's would; the baselines that need
     the transformers model run on `baseline_engine()` (default: `engine` itself), loaded only when one
     of them is asked for."""
+    from ..baselines import generation, grammar, pcd, prefill
     from ..compiler import ReadMode
     from ..runtime.engine import Engine, EngineOptions
-    from ..baselines import generation, grammar, pcd, prefill
 
     if any(name in GENERATING_METHODS for name in methods):
         engine_for_baselines = baseline_engine() if baseline_engine is not None else engine
@@ -282,7 +283,7 @@ def run_bench(
                         else:
                             # A warm call: head caches and compiled rows are per rubric, and a warm request reuses them.
                             runner.run(workload)
-                    result, elapsed, peak = measure(lambda: runner.run(workload))
+                    result, elapsed, peak = measure(functools.partial(runner.run, workload))
                 except Exception as exc:  # noqa: BLE001 - a method that cannot run a workload is a result too
                     failures[runner.name] = f"failed: {type(exc).__name__}: {exc}"
                     log(f"{workload.name} / {runner.name}: {failures[runner.name]}")

@@ -24,23 +24,23 @@ from ..quality.labelled import (
 )
 from ..spec.references import YAML_SUFFIXES
 from .common import (
-    DeviceOption,
     CalibrationOption,
+    DeviceOption,
     DtypeOption,
     HeadsOption,
-    NoHeadsOption,
     LoaderOption,
     ModelOption,
+    NoHeadsOption,
     RubricRef,
     ThreadsOption,
     check_calibration,
     chosen_calibration,
     chosen_heads,
-    refuse_output,
     guarded,
     load_engine,
     load_target_and_rubric,
     progress_bars,
+    refuse_output,
     say,
     stderr,
 )

@@ -19,9 +19,9 @@ and the result's warnings say how many more rows it needs.
 from __future__ import annotations
 
 import difflib
-from collections import Counter
 import time
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -32,7 +32,17 @@ from ..spec.declare import rubric_of
 from ..spec.gold import gold_label
 from ..spec.rubric import Rubric
 from .head_store import library_version
-from .heads import DEFAULT_LAYERS, Candidate, FieldHead, FieldHeadInfo, Heads, HeadsMetadata, prompt_fingerprint, rubric_fingerprint, zero_shot_features
+from .heads import (
+    DEFAULT_LAYERS,
+    Candidate,
+    FieldHead,
+    FieldHeadInfo,
+    Heads,
+    HeadsMetadata,
+    prompt_fingerprint,
+    rubric_fingerprint,
+    zero_shot_features,
+)
 
 MIN_ROWS_PER_LABEL = 2
 """Fewer labelled rows than this for some answer of a field, and the field keeps zero-shot."""

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..batch.input_files import read_rows
-from ..errors import ClusterError, DecisionflowError
 from ..batch.resumable_jsonl import BatchSummary, OutputIdentity, ResumableOutput
+from ..errors import ClusterError, DecisionflowError
 from .actor import ERROR_OUT, ID_OUT, RESULT_OUT
 from .dataset import RayOptions, connect, decide_dataset, import_ray
 

@@ -42,8 +42,8 @@ from starlette.routing import Match
 from ..errors import CompileError, DataError, DecisionflowError, InputError, Unavailable
 from ..runtime.executor import check_fits
 from .batcher import MicroBatcher, Timing
-from .budget import ANONYMOUS, PreparationBudget
 from .body import first_repeated_key, json_content_type, parse_json, read_body
+from .budget import ANONYMOUS, PreparationBudget
 from .logs import log
 from .metrics import CONTENT_TYPE, Metrics
 from .refusals import HttpRefusal, Located, Refusal, field_path, internal_error, refusal_of

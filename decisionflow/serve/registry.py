@@ -15,7 +15,8 @@ from typing import Any
 
 from ..errors import DecisionflowError, Problem, RubricError
 from ..runtime.calibration import Calibration
-from ..runtime.heads import Heads, HeadsError, describe as describe_head
+from ..runtime.heads import Heads, HeadsError
+from ..runtime.heads import describe as describe_head
 from ..spec.plan import make_plan
 from ..spec.references import YAML_SUFFIXES, shipped_workflows
 from ..spec.rubric import FieldSpec, Rubric

@@ -34,8 +34,8 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from .problems import RubricError, problem, problems_from_validation, rubric_error
 from .derived import CodeRule
+from .problems import RubricError, problem, problems_from_validation, rubric_error
 from .rubric import DECLARATION, AnswerFormat, FieldKind, FieldSpec, Rubric, label_of
 from .text import listing, shown
 

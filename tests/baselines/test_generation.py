@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from decisionflow.errors import Unavailable
 from decisionflow.baselines.generation import _BraceTracker, json_generate, parse_answer
+from decisionflow.errors import Unavailable
 from decisionflow.spec.rubric import Rubric
 
 RUBRIC = Rubric.model_validate({

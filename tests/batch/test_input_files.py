@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from decisionflow.batch.input_files import input_format, read_rows
 from decisionflow.cli import app
 from decisionflow.errors import DataError
-from decisionflow.batch.input_files import input_format, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTIMENT = str(ROOT / "workflows" / "sentiment.yaml")

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow.errors import DataError
 from decisionflow.batch.resumable_jsonl import (
     OutputIdentity,
     OutputRefused,
@@ -24,6 +23,7 @@ from decisionflow.batch.resumable_jsonl import (
     read_rows,
     recover_output,
 )
+from decisionflow.errors import DataError
 from decisionflow.spec.yaml_rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parents[2]

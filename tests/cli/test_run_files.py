@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 import decisionflow.cli.run as run_command
-from decisionflow.cli import app
 from decisionflow.batch.resumable_jsonl import OutputIdentity, ResumableOutput
+from decisionflow.cli import app
 from decisionflow.spec.yaml_rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,6 @@ from hostile import CORPUS
 from hypothesis import given
 from hypothesis import strategies as st
 
-from decisionflow.errors import DataError
 from decisionflow.batch.resumable_jsonl import (
     ResumableOutput,
     decide_file,
@@ -22,6 +21,7 @@ from decisionflow.batch.resumable_jsonl import (
     read_rows,
     recover_output,
 )
+from decisionflow.errors import DataError
 from decisionflow.spec.yaml_rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parents[2]

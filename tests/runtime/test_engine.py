@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 import pytest
 import torch
-from suite_support import packed_and_alone
 from pydantic import BaseModel, Field
+from suite_support import packed_and_alone
 
 from decisionflow.compiler import ReadMode
 from decisionflow.errors import InputError

@@ -542,7 +542,7 @@ def test_a_fitted_marginalized_field_mixes_its_head_over_the_parent_answers(engi
         if dependent.fields["sentiment"].readout == "zero_shot":
             # The parent's answers weigh the mixture; unchanged parent, unchanged zero-shot mixture.
             assert code.zero_shot_probabilities == pytest.approx(before.fields["code"].probabilities, abs=1e-6)
-        for name, field in after.fields.items():
+        for field in after.fields.values():
             if field.asked:
                 assert sum(field.probabilities.values()) == pytest.approx(1.0)
         if after.value.sentiment == "negative":

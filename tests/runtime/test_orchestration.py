@@ -170,7 +170,7 @@ fields:
     assert loads_rubric(dump_rubric(rubric)) == rubric
     result = engine.decide(rubric, TEXT, debias="none")
     severity, channel, queue = (result.fields[n] for n in ("severity", "channel", "queue"))
-    expected_normal = sum(p for l, p in severity.probabilities.items() if int(l) < 8) * (1 - channel.probabilities["legal"])
+    expected_normal = sum(p for level, p in severity.probabilities.items() if int(level) < 8) * (1 - channel.probabilities["legal"])
     assert queue.probabilities["normal"] == pytest.approx(expected_normal, rel=1e-9)
     assert queue.value == ("urgent" if severity.value >= 8 or channel.value == "legal" else "normal")
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from serve_client import ROOT, TICKETS, Client, running_app, running_server
 from typer.testing import CliRunner
 
-from serve_client import ROOT, TICKETS, Client, running_app, running_server
 from decisionflow.cli import app as cli_app
 from decisionflow.runtime.engine import EngineOptions
 from decisionflow.serve import Access, Batching, ServeSettings

@@ -36,7 +36,8 @@ def run(coroutine):
     return asyncio.run(coroutine)
 
 
-async def started(engine, batching=Batching(max_wait_ms=20), max_queue=100) -> MicroBatcher:
+async def started(engine, batching: Batching | None = None, max_queue=100) -> MicroBatcher:
+    batching = batching or Batching(max_wait_ms=20)
     batcher = MicroBatcher(engine, batching, max_queue=max_queue, metrics=Metrics())
     await batcher.start()
     return batcher

@@ -5,8 +5,8 @@ checked before a set is cached, and served rubrics never pushed out of the engin
 from __future__ import annotations
 
 import pytest
-
 from serve_client import Client, rubric_folder, running_app  # noqa: F401 - fixtures
+
 from decisionflow.runtime.engine import Engine, EngineOptions
 from decisionflow.serve import Access, Limits, ServeSettings
 from decisionflow.serve.budget import PreparationBudget

@@ -14,9 +14,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from serve_client import ROOT, TICKETS, Client, running_server
 from typer.testing import CliRunner
 
-from serve_client import ROOT, TICKETS, Client, running_server
 from decisionflow.cli import app as cli_app
 from decisionflow.errors import RubricError
 from decisionflow.serve import RubricRegistry, create_app

@@ -11,8 +11,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
-
 from serve_client import Client, rubric_folder, running_app  # noqa: F401 - fixtures
+
 from decisionflow.runtime.engine import EngineOptions
 from decisionflow.serve import Batching, Limits, ServeSettings, create_app
 

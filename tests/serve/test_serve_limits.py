@@ -9,9 +9,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from serve_client import ROOT, Client, running_server
 from typer.testing import CliRunner
 
-from serve_client import ROOT, Client, running_server
 from decisionflow.cli import app as cli_app
 from decisionflow.errors import DataError, RubricError
 from decisionflow.serve import Limits, RubricRegistry, ServeSettings

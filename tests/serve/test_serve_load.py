@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from serve_client import Client, rubric_folder, server_port  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.model

@@ -7,8 +7,8 @@ import json
 import socket
 
 import pytest
-
 from serve_client import Client, rubric_folder, running_server  # noqa: F401 - fixtures
+
 from decisionflow.serve import Limits, ServeSettings
 
 pytestmark = pytest.mark.model

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from serve_client import Client, rubric_folder  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.model

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from serve_client import Client, rubric_folder, running_app  # noqa: F401 - fixtures
+
 from decisionflow.serve import Batching, Limits, ServeSettings
 from decisionflow.serve import app as app_module
 from decisionflow.serve.logs import LOGGER_NAME, JsonLines

@@ -8,8 +8,8 @@ import threading
 import time
 
 import pytest
-
 from serve_client import Client, client, rubric_folder, running_server, server_port  # noqa: F401 - fixtures
+
 from decisionflow.serve import Batching, Limits, ServeSettings
 from decisionflow.serve.systemone import build_question_set, field_names, parse_request
 

@@ -10,7 +10,6 @@ import re
 from typing import Any
 
 import pytest
-
 from serve_client import ROOT, client, rubric_folder, server_port  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.model
