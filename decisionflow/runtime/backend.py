@@ -7,10 +7,21 @@ from where its parent ends. The head's keys and values are computed once and rea
 through branch attention; logits are projected only at the requested read positions.
 
 One pass runs as three named phases: `lay_out` (positions, and per request its block of tokens with
-the tree's visibility), the decoder stack (`forward.run_layers`, attending request by request), and
-`keep_tokens` (the tokens a request keeps join its context). A token never sees another request's
-keys, so the local attention is computed block by block: its cost grows with the sum of the
-requests' squared sizes, not with the square of the whole pass.
+the tree's visibility), the decoder stack (`forward.run_layers`), and `keep_tokens` (the tokens a
+request keeps join its context). A token never sees another request's keys, so the local attention
+is computed block by block: its cost grows with the sum of the requests' squared sizes, not with the
+square of the whole pass. Three attention paths serve a pass:
+
+- `blockwise` (torch on the CPU): request by request, the prefix and the local part merged by their
+  log-sum-exps (`branch_attention`), with an additive mask built on the host from the tree.
+- `sdpa` (torch on CUDA): every request of the pass as one padded batch of
+  `scaled_dot_product_attention`, its keys the prefix, the request's context and its own tokens, its
+  mask built on the device from the tree's key spans (no Python loop over requests per layer).
+- `fused` (Triton): the tree kernel over every request's context and tokens, described by key spans.
+
+Whatever the path, the small integers a pass needs on the device (token ids, positions, key spans,
+padding indexes, kept tokens, read positions) travel in one host-to-device copy (`_upload`), and
+nothing is read back: the readout fetches the log-probs it needs once, after the pass.
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ from typing import Any, Sequence
 import torch
 
 from ..compiler.tree import tree_chains, tree_depths
-from .branch_attention import attention_path, branch_attention, fold_mask
+from .branch_attention import attention_path, branch_attention, fold_mask, padded_branch_attention
 from .forward import KV, Attend, Capture, DecoderParts, causal_attend, logprobs_at, run_layers
 from .ops import TritonOps, choose_ops
 
@@ -115,8 +126,13 @@ class RequestBlock:
     request: int
     start: int
     stop: int
-    visible: torch.Tensor
-    """[tokens, context + tokens] bool: its whole context, then the tree among its own tokens."""
+    visible: torch.Tensor | None
+    """[tokens, context + tokens] bool: its whole context, then the tree among its own tokens (None
+    when the layout was made without masks, for the paths that read key spans instead)."""
+    parents: list[int]
+    """Each token's parent within the block (-1: it hangs off the request's context)."""
+    roots_see: list[tuple[int, int]]
+    """Per token, the `[0, seen)` span of the request's context its root sees."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +156,8 @@ class TransformersBackend:
         self.device, self.dtype = first.device, first.dtype
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         self.ops = choose_ops(kernels, model, self.device)
+        self.attention = "fused" if isinstance(self.ops, TritonOps) else "sdpa" if self.device.type == "cuda" else "blockwise"
+        """Which attention path passes take: `fused`, `sdpa` or `blockwise` (see the module's docstring)."""
         self.kernels = "triton" if isinstance(self.ops, TritonOps) else "torch+" + attention_path(self.device)
 
     @torch.inference_mode()
@@ -184,25 +202,116 @@ class TransformersBackend:
         """`run_pass`, also returning the hidden states of `feature_layers` at `feature_positions` of the
         pass ([len(feature_positions), hidden * layers] float32, see `forward.Capture`; None when no
         layer is asked for): the features fitted heads read, from the same pass."""
-        layout = self.lay_out(head, contexts, packed)
-        attend = (self._fused_attention if isinstance(self.ops, TritonOps) else self._blockwise_attention)(
-            head, contexts, packed, layout
-        )
-        ids = torch.tensor(packed.tokens, device=self.device)
-        positions = torch.tensor(layout.positions, device=self.device)
+        path = self.attention
+        layout = self.lay_out(head, contexts, packed, visibility=path == "blockwise")
+        # Everything the pass needs on the device goes in one host tensor: one copy, made up front.
+        sections: dict[str, list[int] | torch.Tensor] = {
+            "ids": packed.tokens, "positions": layout.positions, "reads": list(read_positions),
+            "features": list(feature_positions) if feature_layers and feature_positions else [],
+        }
+        kept_counts = self._kept(contexts, packed, sections)
+        padding = (0, 0, 0, 0)
+        if path == "fused":
+            sections["spans"] = self._fused_spans(contexts, packed)
+        elif path == "sdpa":
+            padding = self._padded_sections(head, contexts, layout, sections)
+        on_device = self._upload(sections)
+        if path == "fused":
+            attend = self._fused_attention(head, contexts, on_device)
+        elif path == "sdpa":
+            attend = self._padded_attention(head, contexts, padding, on_device)
+        else:
+            attend = self._blockwise_attention(head, contexts, layout)
         capture = None
-        if feature_layers and feature_positions:
-            rows = torch.tensor(list(feature_positions), device=self.device)
-            capture = Capture(feature_layers, len(self.parts.layers), rows)
-        hidden, new_kv = run_layers(self.parts, ids, positions, attend, self.ops, capture)
-        logprobs = logprobs_at(self.parts, hidden, read_positions, self.ops)
-        self.keep_tokens(contexts, packed, new_kv)
+        if len(on_device["features"]):
+            capture = Capture(feature_layers, len(self.parts.layers), on_device["features"])
+        hidden, new_kv = run_layers(self.parts, on_device["ids"], on_device["positions"], attend, self.ops, capture)
+        logprobs = logprobs_at(self.parts, hidden, on_device["reads"], self.ops)
+        self.keep_tokens(contexts, new_kv, on_device["kept"], kept_counts)
         return logprobs, (capture.features(self.parts, self.ops) if capture is not None else None)
 
-    def _blockwise_attention(self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, layout: PassLayout) -> Attend:
+    def _upload(self, sections: dict[str, list[int] | torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The pass's integers on the device, by section (a list, or a host tensor keeping its shape):
+        one int64 host tensor, one copy (pinned and asynchronous on CUDA, so the host goes on queueing
+        the pass without waiting for the device), then views of it."""
+        pieces = [torch.as_tensor(values, dtype=torch.int64).reshape(-1) for values in sections.values()]
+        host = torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int64)
+        if self.device.type == "cuda":
+            host = host.pin_memory()
+        device = host.to(self.device, non_blocking=True)
+        views: dict[str, torch.Tensor] = {}
+        start = 0
+        for (name, values), piece in zip(sections.items(), pieces):
+            view = device[start : start + len(piece)]
+            views[name] = view.view(values.shape) if isinstance(values, torch.Tensor) else view
+            start += len(piece)
+        return views
+
+    @staticmethod
+    def _kept(contexts: list[RequestContext], packed: PackedPass, sections: dict[str, list[int] | torch.Tensor]) -> list[int]:
+        """The tokens each request keeps, grouped by request (a section of the upload); their counts."""
+        by_request: list[list[int]] = [[] for _ in contexts]
+        for index, (keep, request) in enumerate(zip(packed.keep, packed.requests)):
+            if keep:
+                by_request[request].append(index)
+        sections["kept"] = [index for kept in by_request for index in kept]
+        return [len(kept) for kept in by_request]
+
+    @staticmethod
+    def _fused_spans(contexts: list[RequestContext], packed: PackedPass) -> torch.Tensor:
+        """The tree kernel's key spans (a host tensor) over [every request's context, the pass's tokens]."""
+        from decisionflow_kernels.tree_spans import spans_from_tree
+
+        starts = [0]
+        for context in contexts:
+            starts.append(starts[-1] + context.length)
+        roots_see = [(starts[r], starts[r] + packed.context_seen(i, contexts)) for i, r in enumerate(packed.requests)]
+        return spans_from_tree(packed.parents, roots_see, starts[-1])
+
+    @staticmethod
+    def _padded_sections(
+        head: HeadCache, contexts: list[RequestContext], layout: PassLayout, sections: dict[str, list[int] | torch.Tensor]
+    ) -> tuple[int, int, int, int]:
+        """The padded batch of the `sdpa` path, as sections of the upload: per request (batch row b) its
+        tokens padded to `width` query rows, its keys [prefix, its context padded to `context_width`,
+        its tokens padded to `local_width`], and each token's key spans over [context, tokens] in the
+        row's own coordinates. Returns (requests, width, context_width, local_width)."""
+        from decisionflow_kernels.tree_spans import spans_from_tree
+
+        blocks = layout.blocks
+        width = max(block.stop - block.start for block in blocks)
+        context_width = max(contexts[block.request].length for block in blocks)
+        # Keys padded to a multiple of 16, so the additive mask is aligned and needs no copy per layer.
+        local_width = width + (-(head.length + context_width + width)) % 16
+        begins = [0]
+        for context in contexts:
+            begins.append(begins[-1] + context.length)
+        rows: list[int] = []
+        keys: list[int] = []
+        context_rows: list[int] = []
+        unpad = [0] * sum(block.stop - block.start for block in blocks)
+        spans: list[torch.Tensor] = []
+        for b, block in enumerate(blocks):
+            n = block.stop - block.start
+            rows += [*range(block.start, block.stop), *[0] * (width - n)]
+            keys += [*range(block.start, block.stop), *[0] * (local_width - n)]
+            unpad[block.start : block.stop] = range(b * width, b * width + n)
+            length, begin = contexts[block.request].length, begins[block.request]
+            context_rows += [*range(begin, begin + length), *[0] * (context_width - length)]
+            spans.append(spans_from_tree(block.parents, block.roots_see, context_width))
+        slots = max(s.shape[1] for s in spans)
+        # Unused slots and padding rows hold (0, 0): an empty span.
+        padded = torch.zeros(len(blocks), width, slots, 2, dtype=torch.int32)
+        for b, s in enumerate(spans):
+            padded[b, : s.shape[0], : s.shape[1]] = s
+        sections.update(query_rows=rows, key_rows=keys, unpad=unpad, context_rows=context_rows,
+                        spans=padded.view(len(blocks) * width, slots, 2))
+        return len(blocks), width, context_width, local_width
+
+    def _blockwise_attention(self, head: HeadCache, contexts: list[RequestContext], layout: PassLayout) -> Attend:
         """Torch attention, request by request, each block merged with the shared head by log-sum-exp."""
         groups = self.parts.heads // self.parts.kv_heads
-        masks = [fold_mask(block.visible.to(self.device), groups, self.dtype) for block in layout.blocks]
+        masks = [fold_mask(block.visible.to(self.device), groups, self.dtype) for block in layout.blocks]  # type: ignore[union-attr]
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
             # Request by request: a token never attends to another request's keys, so the local part
@@ -225,16 +334,44 @@ class TransformersBackend:
 
         return attend
 
-    def _fused_attention(self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, layout: PassLayout) -> Attend:
+    def _padded_attention(
+        self, head: HeadCache, contexts: list[RequestContext], padding: tuple[int, int, int, int],
+        on_device: dict[str, torch.Tensor],
+    ) -> Attend:
+        """Torch's `scaled_dot_product_attention` over every request of the pass as one padded batch
+        (`padded_branch_attention`); the additive mask is built on the device once per pass."""
+        from decisionflow_kernels.reference import visibility_from_spans
+
+        count, width, context_width, local_width = padding
+        groups = self.parts.heads // self.parts.kv_heads
+        local = visibility_from_spans(on_device["spans"], context_width + local_width).view(count, width, -1)
+        visible = torch.cat([local.new_ones(count, width, head.length), local], dim=-1)
+        mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
+        # The folded query axis repeats each request's rows once per query head of a group.
+        mask = mask[:, None].expand(count, groups, width, visible.shape[-1]).reshape(count, 1, groups * width, -1)
+        with_context = [c.kv for c in contexts if c.kv is not None]
+        rows, keys, unpad, context_rows = (on_device[name] for name in ("query_rows", "key_rows", "unpad", "context_rows"))
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+            context = None
+            if with_context:
+                context = (torch.cat([kv[layer][0] for kv in with_context], dim=-2),
+                           torch.cat([kv[layer][1] for kv in with_context], dim=-2))
+            return padded_branch_attention(
+                q, k, v, head.kv[layer], context, mask, scale, rows=rows, keys=keys, unpad=unpad,
+                context_rows=context_rows if context is not None else None,
+                shape=(count, width, context_width, local_width),
+            )
+
+        return attend
+
+    def _fused_attention(self, head: HeadCache, contexts: list[RequestContext], on_device: dict[str, torch.Tensor]) -> Attend:
         """The Triton tree kernel over every request's context and the pass's tokens, described by key
         spans (no mask is built); the head is read once per key block for all queries of a KV head."""
-        from decisionflow_kernels.tree_attention import spans_from_tree, tree_attention
+        from decisionflow_kernels.tree_attention import tree_attention
 
-        starts = [0]
-        for context in contexts:
-            starts.append(starts[-1] + context.length)
-        roots_see = [(starts[r], starts[r] + packed.context_seen(i, contexts)) for i, r in enumerate(packed.requests)]
-        spans = spans_from_tree(packed.parents, roots_see, starts[-1]).to(self.device)
+        spans = on_device["spans"].to(torch.int32)
         with_context = [c.kv for c in contexts if c.kv is not None]
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
@@ -247,9 +384,10 @@ class TransformersBackend:
         return attend
 
     @staticmethod
-    def lay_out(head: HeadCache, contexts: list[RequestContext], packed: PackedPass) -> PassLayout:
+    def lay_out(head: HeadCache, contexts: list[RequestContext], packed: PackedPass, *, visibility: bool = True) -> PassLayout:
         """Position ids, and per request its block of tokens with their visibility (roots hang off the
-        request's context; every other token off its parent)."""
+        request's context; every other token off its parent). `visibility=False` skips the boolean
+        masks, which only the blockwise path reads."""
         depths = tree_depths(packed.parents)
         bases: list[int] = []
         for index, parent in enumerate(packed.parents):
@@ -269,15 +407,19 @@ class TransformersBackend:
             if any(p >= 0 and not start <= p < stop for p in packed.parents[start:stop]):
                 raise ValueError(f"a token of request {request} has a parent in another request")
             roots_see = [(0, packed.context_seen(i, contexts)) for i in range(start, stop)]
-            visible = tree_visibility(local, roots_see, width)
-            blocks.append(RequestBlock(request, start, stop, visible))
+            visible = tree_visibility(local, roots_see, width) if visibility else None
+            blocks.append(RequestBlock(request, start, stop, visible, local, roots_see))
             start = stop
         return PassLayout(positions, blocks)
 
-    def keep_tokens(self, contexts: list[RequestContext], packed: PackedPass, new_kv: KV) -> None:
-        """Append each request's kept tokens (its input, written answers) to its context."""
-        for request, context in enumerate(contexts):
-            kept = [i for i in range(len(packed)) if packed.keep[i] and packed.requests[i] == request]
-            if kept:
-                index = torch.tensor(kept, device=self.device)
-                context.extend([(k.index_select(-2, index), v.index_select(-2, index)) for k, v in new_kv])
+    def keep_tokens(self, contexts: list[RequestContext], new_kv: KV, kept: torch.Tensor, counts: list[int]) -> None:
+        """Append each request's kept tokens (its input, written answers) to its context. `kept`: the
+        kept tokens' indexes on the device, grouped by request; `counts`: how many each request keeps."""
+        if not len(kept):
+            return
+        selected = [(k.index_select(-2, kept), v.index_select(-2, kept)) for k, v in new_kv]
+        start = 0
+        for context, count in zip(contexts, counts):
+            if count:
+                context.extend([(k[:, :, start : start + count], v[:, :, start : start + count]) for k, v in selected])
+            start += count

@@ -9,6 +9,11 @@ of key sets splits exactly into one attention per set, merged by their log-sum-e
 so the prefix part runs unmasked (and, with grouped-query attention, with the query heads of one
 key/value head folded into the query axis instead of repeating the keys), and only the short local
 part needs the mask. The prefix keys and values stay where the head's prefill left them.
+
+On CUDA the torch path runs `padded_branch_attention` instead: every request of a pass is one row of
+a padded batch for torch's `scaled_dot_product_attention` (its fused kernels take the additive mask),
+with the query heads of a key/value head folded into the query axis as above. It needs no
+log-sum-exp, so it runs on torch's public attention; the CPU path stays the exact one above.
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cp
 
 
 def attention_path(device: torch.device) -> str:
-    """Which implementation `_attend` uses on `device`, as stats report it."""
+    """Which implementation the torch path attends with on `device`, as stats report it: `sdpa` on CUDA
+    (`padded_branch_attention`), else what `_attend` uses."""
+    if device.type == "cuda":
+        return "sdpa"
     return "cpu-flash" if device.type == "cpu" and _CPU_FLASH is not None else "reference"
 
 
@@ -75,3 +83,54 @@ def branch_attention(
     w_local = torch.exp(lse_local - top).unsqueeze(-1)
     out = (out_prefix.float() * w_prefix + out_local.float() * w_local) / (w_prefix + w_local)
     return out.to(query.dtype).reshape(1, heads, n, dim)
+
+
+def padded_branch_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    prefix: tuple[torch.Tensor, torch.Tensor],
+    context: tuple[torch.Tensor, torch.Tensor] | None,
+    mask: torch.Tensor,
+    scale: float,
+    *,
+    rows: torch.Tensor,
+    keys: torch.Tensor,
+    unpad: torch.Tensor,
+    context_rows: torch.Tensor | None,
+    shape: tuple[int, int, int, int],
+) -> torch.Tensor:
+    """Branch attention of a whole pass as one padded batch of `scaled_dot_product_attention`.
+
+    query [1, Hq, N, D] and key/value [1, Hkv, N, D]: the pass's tokens; prefix: the head's keys and
+    values [1, Hkv, P, D], seen by every query; context: every request's context keys and values side
+    by side [1, Hkv, C, D] (None when no request has one). `shape` is (R, W, CW, LW): R requests, each
+    padded to W queries, CW context keys and LW local keys. `rows` [R * W] and `keys` [R * LW] pick
+    each row's tokens from the pass, `context_rows` [R * CW] its context from `context`, and `unpad`
+    [N] each token's row back. `mask` [R, 1, groups * W, P + CW + LW] is additive, in the query's
+    dtype, over the folded query axis (row g * W + i: query head g of a group, token i). Padding
+    queries and keys hold any real token: the mask hides the keys, and padding rows are dropped.
+    Returns [1, Hq, N, D].
+    """
+    count, width, context_width, local_width = shape
+    _, heads, _, dim = query.shape
+    kv_heads = key.shape[1]
+    groups = heads // kv_heads
+    folded = (query[0].index_select(1, rows).view(kv_heads, groups, count, width, dim)
+              .permute(2, 0, 1, 3, 4).reshape(count, kv_heads, groups * width, dim))
+
+    def padded(tensor: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+        return tensor[0].index_select(1, index).view(kv_heads, count, size, dim).transpose(0, 1)
+
+    def stacked(which: int, local: torch.Tensor) -> torch.Tensor:
+        parts = [prefix[which].expand(count, -1, -1, -1)]
+        if context is not None and context_rows is not None:
+            parts.append(padded(context[which], context_rows, context_width))
+        parts.append(padded(local, keys, local_width))
+        return torch.cat(parts, dim=2)
+
+    out = torch.nn.functional.scaled_dot_product_attention(
+        folded, stacked(0, key), stacked(1, value), attn_mask=mask, scale=scale
+    )
+    out = out.view(count, kv_heads, groups, width, dim).permute(1, 2, 0, 3, 4).reshape(heads, count * width, dim)
+    return out.index_select(1, unpad)[None]
