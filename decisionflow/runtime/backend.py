@@ -27,7 +27,7 @@ nothing is read back: the readout fetches the log-probs it needs once, after the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import torch
 
@@ -56,6 +56,15 @@ class RequestContext:
 class HeadCache:
     kv: KV
     length: int
+
+
+class PassOutput(NamedTuple):
+    logprobs: torch.Tensor
+    """[reads, vocab]: log-probs over the vocabulary at the pass's read positions."""
+    features: torch.Tensor | None
+    """The hidden states fitted heads read (None when no layer was asked for)."""
+    gathered: torch.Tensor | None
+    """The log-probs at the (row, token) pairs asked for, still on the device (None when none were)."""
 
 
 @dataclass
@@ -187,7 +196,7 @@ class TransformersBackend:
 
         Returns log-probs over the vocabulary at `read_positions`: [len(read_positions), vocab].
         """
-        return self.run_pass_with_features(head, contexts, packed, read_positions)[0]
+        return self.run_pass_with_features(head, contexts, packed, read_positions).logprobs
 
     @torch.inference_mode()
     def run_pass_with_features(
@@ -198,16 +207,20 @@ class TransformersBackend:
         read_positions: list[int],
         feature_layers: Sequence[int] = (),
         feature_positions: Sequence[int] = (),
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        gather: tuple[Sequence[int], Sequence[int]] | None = None,
+    ) -> PassOutput:
         """`run_pass`, also returning the hidden states of `feature_layers` at `feature_positions` of the
         pass ([len(feature_positions), hidden * layers] float32, see `forward.Capture`; None when no
-        layer is asked for): the features fitted heads read, from the same pass."""
+        layer is asked for): the features fitted heads read, from the same pass. `gather`: (rows,
+        tokens) of the log-probs the readout needs (`readout.gather_index`), gathered on the device; its
+        index travels in the pass's one upload."""
         path = self.attention
         layout = self.lay_out(head, contexts, packed, visibility=path == "blockwise")
         # Everything the pass needs on the device goes in one host tensor: one copy, made up front.
         sections: dict[str, list[int] | torch.Tensor] = {
             "ids": packed.tokens, "positions": layout.positions, "reads": list(read_positions),
             "features": list(feature_positions) if feature_layers and feature_positions else [],
+            "gather": torch.tensor([list(gather[0]), list(gather[1])]) if gather else torch.empty(2, 0),
         }
         kept_counts = self._kept(contexts, packed, sections)
         padding = (0, 0, 0, 0)
@@ -228,7 +241,8 @@ class TransformersBackend:
         hidden, new_kv = run_layers(self.parts, on_device["ids"], on_device["positions"], attend, self.ops, capture)
         logprobs = logprobs_at(self.parts, hidden, on_device["reads"], self.ops)
         self.keep_tokens(contexts, new_kv, on_device["kept"], kept_counts)
-        return logprobs, (capture.features(self.parts, self.ops) if capture is not None else None)
+        gathered = logprobs[on_device["gather"][0], on_device["gather"][1]] if gather else None
+        return PassOutput(logprobs, capture.features(self.parts, self.ops) if capture is not None else None, gathered)
 
     def _upload(self, sections: dict[str, list[int] | torch.Tensor]) -> dict[str, torch.Tensor]:
         """The pass's integers on the device, by section (a list, or a host tensor keeping its shape):

@@ -45,7 +45,7 @@ from .calibration import Calibration
 from .debias import Debias, Priors
 from .derive import Joint, derive_field
 from .heads import Heads, zero_shot_features
-from .readout import FieldReading, read_fields
+from .readout import FieldReading, gather_index, read_fields
 from .result import FieldResult
 
 JOINT_ANSWERS_SHOWN = 5
@@ -163,16 +163,16 @@ def execute(
         if not reads:
             continue
         began = time.perf_counter()
-        logprobs, features = backend.run_pass_with_features(
+        logprobs, features, gathered = backend.run_pass_with_features(
             head, [s.context for s in requests], packed, [p for r in reads for p in r.positions],
-            layers, [r.positions[r.row.root_read] for r in reads] if layers else (),
+            layers, [r.positions[r.row.root_read] for r in reads] if layers else (), gather_index(read_rows(reads)),
         )
         spent += (time.perf_counter() - began) * 1000
         by_read = None
         if features is not None:
             # One transfer for the pass; each read's row, cut to the layers a head or the capture reads.
             by_read = _layer_slices(features.cpu(), layers)
-        read_round(compiled, round_, requests, reads, logprobs, calibration, priors, heads, by_read, capture)
+        read_round(compiled, round_, requests, reads, logprobs, calibration, priors, heads, by_read, capture, gathered)
         settle_derived(compiled, plan, requests, round_.index)
     return spent
 
@@ -302,6 +302,15 @@ def _place_row(packed: PackedPass, row: CompiledField, anchor: int, request: int
     return [placed[p] for p in row.read_positions]
 
 
+def read_rows(reads: list[Read]) -> list[tuple[CompiledField, int]]:
+    """Each read's compiled field with the row of the pass's log-probs where its reads begin."""
+    rows, row = [], 0
+    for read in reads:
+        rows.append((read.row, row))
+        row += len(read.positions)
+    return rows
+
+
 def read_round(
     compiled: CompiledRubric,
     round_: Round,
@@ -313,16 +322,13 @@ def read_round(
     heads: Heads | None = None,
     features: LayerFeatures | None = None,
     capture: Sequence[int] = (),
+    gathered: torch.Tensor | None = None,
 ) -> None:
     """Turn a pass's log-probs into each field's result, and queue each answer's line for the next pass.
 
     A field in a request's `forced` answers has that label's line written (and conditions later fields)
     whatever the model answered; its result stays the model's own."""
-    offsets, row = [], 0
-    for read in reads:
-        offsets.append(row)
-        row += len(read.positions)
-    readings = read_fields(logprobs, [(r.row, o) for r, o in zip(reads, offsets)])
+    readings = read_fields(logprobs, read_rows(reads), gathered)
     grouped: dict[tuple[int, str], list[tuple[Read, FieldReading, int]]] = {}
     for index, (read, reading) in enumerate(zip(reads, readings)):
         grouped.setdefault((read.request, read.field), []).append((read, reading, index))

@@ -7,7 +7,9 @@ normaliser is kept: the log-probs are a log-softmax over every token).
 
 Every (position, token) probability a pass needs is fetched with one indexed gather and one transfer
 to the host, whatever the number of fields and labels; the rest is arithmetic on plain floats along
-the paths the compiler precomputed (`CompiledField.edges` and `.paths`).
+the paths the compiler precomputed (`CompiledField.edges` and `.paths`). The gather's index is known
+before the pass (`gather_index`), so it travels to the device with the pass's own integers and the
+gather runs there (`backend.run_pass_with_features(gather=)`).
 """
 
 from __future__ import annotations
@@ -27,9 +29,8 @@ class FieldReading:
     candidate_mass: float
 
 
-def read_fields(logprobs: torch.Tensor, fields: Sequence[tuple[CompiledField, int]]) -> list[FieldReading]:
-    """Readings of many fields from one pass. `logprobs` [reads, vocab]; each field comes with the row
-    of `logprobs` holding its first read position (its reads are consecutive rows, in its own order)."""
+def gather_index(fields: Sequence[tuple[CompiledField, int]]) -> tuple[list[int], list[int]]:
+    """The (row, token) pairs of the log-probs `read_fields` reads, as two lists (rows, tokens)."""
     rows: list[int] = []
     tokens: list[int] = []
     for field, offset in fields:
@@ -37,9 +38,21 @@ def read_fields(logprobs: torch.Tensor, fields: Sequence[tuple[CompiledField, in
         rows += [offset + read for read, _ in field.edges]
         tokens += field.mass_tokens
         tokens += [token for _, token in field.edges]
-    index = torch.tensor([rows, tokens], device=logprobs.device)
-    # One gather, one transfer (a device sync on CUDA), in float64 on the host.
-    values = logprobs[index[0], index[1]].double().exp().tolist()
+    return rows, tokens
+
+
+def read_fields(
+    logprobs: torch.Tensor, fields: Sequence[tuple[CompiledField, int]], gathered: torch.Tensor | None = None
+) -> list[FieldReading]:
+    """Readings of many fields from one pass. `logprobs` [reads, vocab]; each field comes with the row
+    of `logprobs` holding its first read position (its reads are consecutive rows, in its own order).
+    `gathered`: the log-probs at `gather_index(fields)`, when the pass gathered them already."""
+    if gathered is None:
+        rows, tokens = gather_index(fields)
+        index = torch.tensor([rows, tokens], device=logprobs.device)
+        gathered = logprobs[index[0], index[1]]
+    # One transfer (a device sync on CUDA), in float64 on the host.
+    values = gathered.double().exp().tolist()
     readings = []
     start = 0
     for field, _ in fields:

@@ -155,19 +155,29 @@ def test_each_attention_path_uploads_once_and_reads_nothing_back_per_pass(tiny, 
             assert watch.reads == []
 
 
-def test_a_batch_reads_back_once_per_pass_on_the_sdpa_path(tiny):
+def test_a_batch_copies_to_the_device_and_reads_back_once_per_pass_on_the_sdpa_path(tiny, monkeypatch):
+    """The whole request, readout included: the readout's gather index rides in the pass's one upload."""
     engine = _engine(tiny, "sdpa")
     engine.decide_many(RUBRIC, TEXTS)  # compile and prefill outside the count
     reads: list[str] = []
+    direct: list[str] = []
+    uploads: list[int] = []
+    original_upload = backend_module.TransformersBackend._upload
+    monkeypatch.setattr(backend_module.TransformersBackend, "_upload",
+                        lambda self, sections: uploads.append(1) or original_upload(self, sections))
 
-    class Reads(TorchFunctionMode):
+    class Transfers(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            if getattr(func, "__name__", "") in DEVICE_TO_HOST:
-                reads.append(func.__name__)
+            name = getattr(func, "__name__", "")
+            if name in DEVICE_TO_HOST:
+                reads.append(name)
+            if name in FROM_PYTHON and (kwargs or {}).get("device") is not None:
+                direct.append(name)
             return func(*args, **(kwargs or {}))
 
-    with Reads():
+    with Transfers():
         decisions = engine.decide_many(RUBRIC, TEXTS)
     passes = decisions[0].stats.forward_passes
     assert all(d.stats.batch_size == len(TEXTS) for d in decisions)
     assert reads == ["tolist"] * passes
+    assert len(uploads) == passes and direct == []
