@@ -171,6 +171,21 @@ def slow_body(port: int, key: str) -> int:
     return -1
 
 
+def preparation_cost(connection: http.client.HTTPConnection, sets: int = 3) -> dict:
+    """Median milliseconds of a new question set's first request (compile, head prefill, content-free
+    reading, the decision) and of the same request once the set is prepared, one client, idle server."""
+    new, prepared = [], []
+    for number in range(sets):
+        body = new_question_set(-1 - number)
+        for times in (new, prepared):
+            began = time.perf_counter()
+            status, payload, _ = send(connection, "/v1/systemone", body, key=KEYS[0])
+            if status != 200:
+                raise SystemExit(f"preparation request failed: {status} {payload[:200]!r}")
+            times.append((time.perf_counter() - began) * 1000)
+    return {"sets": sets, "new_ms": round(statistics.median(new), 1), "prepared_ms": round(statistics.median(prepared), 1)}
+
+
 def resident_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -288,9 +303,12 @@ def main() -> None:
             if status != 200:
                 raise SystemExit(f"warm-up request failed: {status} {payload[:200]!r}")
             alone[(path, text)] = answers_of(path, json.loads(payload))
+        preparation = preparation_cost(connection)
         connection.close()
-        print(f"server on port {port}; {len(alone)} reference answers read one at a time", flush=True)
-        results = {}
+        print(f"server on port {port}; {len(alone)} reference answers read one at a time; "
+              f"a new question set's first request {preparation['new_ms']} ms, prepared {preparation['prepared_ms']} ms",
+              flush=True)
+        results: dict = {"preparation": preparation}
         for name, hostile in (("quiet", 0), ("hostile", args.hostile_clients)):
             print(f"phase {name}: {args.clients} prepared + {hostile} hostile clients for {args.seconds:g} s", flush=True)
             results[name] = phase(port, process.pid, args.seconds, args.clients, hostile, alone)

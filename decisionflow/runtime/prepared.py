@@ -151,6 +151,10 @@ class PreparedRubrics:
                                     max_bytes=self._store_bytes)
         return self._store
 
+    def peek(self, rubric: Rubric) -> PreparedRubric | None:
+        """The rubric as prepared so far, or None; never compiles, never counts as a use."""
+        return self._entries.get(self.key(rubric))
+
     def key(self, rubric: Rubric) -> PreparedKey:
         """Everything that shapes a rubric's compiled prompt, rows and plan in this engine."""
         return (rubric.key, self.mode.value, self.catalog.value, self.pin_first)

@@ -132,6 +132,8 @@ class DecisionService:
         self.batcher = MicroBatcher(engine, settings.batching, max_queue=self.limits.max_queue, metrics=metrics)
         self.question_sets = QuestionSets(self.limits.max_cached_question_sets, self.limits.max_cached_question_set_bytes)
         self.budget = PreparationBudget(self.limits.new_question_sets_per_minute, self.limits.new_question_set_burst)
+        self.preparing = asyncio.Semaphore(1)
+        """Held by the first call of a question set whose head is not prefilled yet (see `_decide_question_set`)."""
         self.work = ThreadPoolExecutor(max_workers=max(1, settings.work_threads), thread_name_prefix="decisionflow-work")
         self.model_name = settings.served_model_name or public_model_name(str(engine.loaded.name))
         self.started = False
@@ -164,10 +166,20 @@ class DecisionService:
             raise Located(error.error, "questions") from None
         except InputError as error:
             raise Located(error, "state") from None
-        outcome = await self.batcher.decide(("systemone", rubric.key), rubric, parsed.state, cost=cost, timing=note.timing)
+        outcome = await self._decide_question_set(rubric, parsed.state, cost, note)
         if isinstance(outcome, BaseException):
             raise Located(outcome, "state") if isinstance(outcome, InputError) else outcome
         return {"model": self.model_name, "answers": answers_of(outcome, parsed, question_set), "usage": usage_of(outcome)}
+
+    async def _decide_question_set(self, rubric: Any, state: Any, cost: int, note: RequestNote) -> Any:
+        """The first call of a set prefills its head and reads its content-free prior on the model thread.
+        Such calls reach the queue one at a time, so a request of a prepared rubric waits behind at most
+        one preparation, however many new sets arrive together; the others wait here, off the queue."""
+        prepared = self.engine.prepared.peek(rubric)
+        if prepared is not None and prepared.head is not None:
+            return await self.batcher.decide(("systemone", rubric.key), rubric, state, cost=cost, timing=note.timing)
+        async with self.preparing:
+            return await self.batcher.decide(("systemone", rubric.key), rubric, state, cost=cost, timing=note.timing)
 
     def _systemone_request(self, raw: bytes, client: str) -> tuple[SystemOneRequest, QuestionSet]:
         """The request parsed and its question set ready: found, or (within the client's budget) built,

@@ -99,3 +99,42 @@ def test_a_question_set_over_the_head_limit_is_refused_before_it_is_cached(engin
         assert len(fresh.prepared) == 0
         assert len(app.state.service.question_sets) == 0
         client.close()
+
+
+def test_new_question_sets_arriving_together_reach_the_model_one_preparation_at_a_time(engine, rubric_folder):
+    """However many new sets arrive at once, one first call at a time is queued for the model: a request of
+    a prepared rubric waits behind at most one preparation."""
+    import threading
+
+    fresh = Engine(engine.loaded)
+    with running_app(fresh, rubric_folder, ServeSettings(limits=Limits(new_question_set_burst=4))) as (app, port):
+        service = app.state.service
+        real_decide = service.batcher.decide
+        in_queue, most = [0], [0]
+
+        async def watched(group, target, payload, **options):
+            preparing = fresh.prepared.peek(target) is None or fresh.prepared.peek(target).head is None
+            in_queue[0] += preparing
+            most[0] = max(most[0], in_queue[0])
+            try:
+                return await real_decide(group, target, payload, **options)
+            finally:
+                in_queue[0] -= preparing
+
+        service.batcher.decide = watched
+        statuses: list[int] = []
+        start = threading.Barrier(4)
+
+        def ask(word: str) -> None:
+            client = Client(port)
+            start.wait(30)
+            statuses.append(client.post("/v1/systemone", question_set(word)).status)
+            client.close()
+
+        threads = [threading.Thread(target=ask, args=(word,)) for word in ("a", "b", "c", "d")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert statuses == [200] * 4
+        assert most[0] == 1
