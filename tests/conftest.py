@@ -1,10 +1,17 @@
-"""Shared fixtures. The bundled real model is loaded once per test run."""
+"""Shared fixtures. The bundled real model is loaded once per test run.
+
+The suite's references are float32, the CPU's default: a `$DECISIONFLOW_DTYPE` set around the suite
+would change what `auto` means for every engine and command of it, so it is cleared here.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
+
+os.environ.pop("DECISIONFLOW_DTYPE", None)
 
 
 def _bundled_model_installed() -> bool:

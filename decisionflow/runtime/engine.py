@@ -102,8 +102,9 @@ class Engine:
         """Load `model` (default: the bundled SmolLM2-135M-Instruct): a folder, a .gguf file or a hub id.
 
         `device`: `auto` (the first CUDA device when there is one, else the CPU), `cpu`, `cuda` or
-        `cuda:N`. `dtype`: `auto` (bfloat16 on CUDA, float16 where bfloat16 is unsupported, float32 on
-        the CPU), `float32`, `bfloat16` or `float16`.
+        `cuda:N`. `dtype`: `auto` (`$DECISIONFLOW_DTYPE` when set; else bfloat16 on CUDA, float16
+        where bfloat16 is unsupported, float32 on the CPU), `float32`, `bfloat16` or `float16`.
+        `result.stats.dtype` says which was taken.
 
         With `persist_heads` (the default) rubric head caches are kept on disk under the cache
         folder (`~/.cache/decisionflow/heads`, or `$DECISIONFLOW_CACHE/heads`), so a new process
