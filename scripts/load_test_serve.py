@@ -24,11 +24,8 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
-import re
 import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -36,6 +33,10 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure_serving import start_server  # noqa: E402 - a script beside this one
+
 KEYS = ("load-test-prepared-key-0001", "load-test-hostile-key-0002")
 TEXTS = [
     "I was charged twice for my March invoice, please refund the duplicate",
@@ -54,24 +55,6 @@ QUESTIONS = {
     "urgency": {"type": "score", "instructions": "How urgent the request is",
                 "criteria": ["can wait", "this week", "today", "right now"]},
 }
-
-
-def start_server() -> tuple[subprocess.Popen, int]:
-    environment = {**os.environ, "DECISIONFLOW_API_KEYS": ",".join(KEYS)}
-    command = [sys.executable, "-m", "decisionflow.cli", "serve", "--port", "0", "--log-level", "warning"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                               env=environment)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        match = re.search(r"serving http://127\.0\.0\.1:(\d+)", line)
-        if match:
-            threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe drained
-            return process, int(match.group(1))
-    process.kill()
-    raise SystemExit("the server did not start")
 
 
 def send(connection: http.client.HTTPConnection, path: str, body: bytes, *, key: str | None,
@@ -293,7 +276,7 @@ def main() -> None:
     parser.add_argument("--hostile-clients", type=int, default=16, help="hostile clients (second phase)")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "load_test_serve.json")
     args = parser.parse_args()
-    process, port = start_server()
+    process, port = start_server(environment={"DECISIONFLOW_API_KEYS": ",".join(KEYS)})
     try:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         alone = {}

@@ -62,11 +62,13 @@ SENTENCES = [
 # -- serving ------------------------------------------------------------------------------------------
 
 
-def start_server(batching: bool) -> tuple[subprocess.Popen, int]:
+def start_server(batching: bool = True, environment: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
+    """`decisionflow serve` on a free loopback port (`environment` added to this process's): the process and port."""
     command = [PYTHON, "-m", "decisionflow.cli", "serve", "--port", "0", "--log-level", "warning"]
     if not batching:
         command.append("--no-batching")
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                               env={**os.environ, **(environment or {})})
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         line = process.stderr.readline()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from decisionflow.baselines.generation import _BraceTracker, json_generate, parse_answer
+from decisionflow.baselines.grammar import json_schema
 from decisionflow.errors import Unavailable
 from decisionflow.spec.rubric import Rubric
 
@@ -22,6 +25,16 @@ RUBRIC = Rubric.model_validate({
 })
 
 VALID = '{\n  "department": "BILLING",\n  "refund_requested": true,\n  "severity": 7,\n  "refund_amount": "LARGE"\n}'
+
+
+def test_json_schema_fixes_keys_and_values():
+    schema = json_schema(RUBRIC)
+    assert schema["required"] == list(RUBRIC.fields)
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["department"] == {"enum": ["BILLING", "SHIPPING", "RETURNS"]}
+    assert schema["properties"]["severity"] == {"enum": list(range(10))}
+    assert schema["properties"]["refund_amount"] == {"enum": ["SMALL", "LARGE", None]}
+    json.dumps(schema)
 
 
 def test_parse_valid_object():
@@ -44,8 +57,6 @@ def test_conditional_field_may_be_absent_or_null(conditional):
 
 
 def test_an_options_by_field_a_parent_answer_offers_nothing_may_be_null_and_appears_so_in_the_schema():
-    from decisionflow.baselines.grammar import json_schema
-
     rubric = Rubric.model_validate({"name": "areas", "fields": {
         "area": {"kind": "choice", "question": "Area", "options": ["bank", "travel", "other"]},
         "intent": {"kind": "choice", "question": "Intent",

@@ -1,36 +1,11 @@
-"""Benchmark baselines and workloads: the grammar's JSON schema, the shipped presets and texts."""
+"""Benchmark workloads: the shipped presets and texts."""
 
 from __future__ import annotations
 
 import json
 
-from decisionflow.baselines.grammar import json_schema
 from decisionflow.bench.presets import default_data_dir, first_fields, load_preset
 from decisionflow.bench.workloads import build_workloads, workload_text
-from decisionflow.spec.rubric import Rubric
-
-RUBRIC = Rubric.model_validate({
-    "name": "triage",
-    "fields": {
-        "department": {"kind": "choice", "question": "Which team", "options": ["BILLING", "SHIPPING", "RETURNS"]},
-        "refund_requested": {"kind": "boolean", "question": "Refund asked"},
-        "severity": {"kind": "score", "question": "How severe", "min": 0, "max": 9},
-        "refund_amount": {
-            "kind": "choice", "question": "Refund size", "options": ["SMALL", "LARGE"],
-            "when": {"refund_requested": [True]},
-        },
-    },
-})
-
-def test_json_schema_fixes_keys_and_values():
-    schema = json_schema(RUBRIC)
-    assert schema["required"] == list(RUBRIC.fields)
-    assert schema["additionalProperties"] is False
-    assert schema["properties"]["department"] == {"enum": ["BILLING", "SHIPPING", "RETURNS"]}
-    assert schema["properties"]["severity"] == {"enum": list(range(10))}
-    assert schema["properties"]["refund_amount"] == {"enum": ["SMALL", "LARGE", None]}
-    json.dumps(schema)
-
 
 # --------------------------------------------------------------------------------------------
 # Presets
