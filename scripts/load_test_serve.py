@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from measure_serving import start_server  # noqa: E402 - a script beside this one
+from measure_serving import QUESTIONS, start_server  # noqa: E402 - a script beside this one
 
 KEYS = ("load-test-prepared-key-0001", "load-test-hostile-key-0002")
 TEXTS = [
@@ -48,13 +48,6 @@ TEXTS = [
     "your courier left the box in the rain, everything is soaked",
     "cancel my subscription and refund this month",
 ]
-QUESTIONS = {
-    "refund": {"type": "noul", "instructions": "Does the customer ask for money back"},
-    "team": {"type": "choice", "instructions": "Which team handles it",
-             "criteria": {"billing": "charges and invoices", "shipping": "delivery and parcels", "returns": "sending goods back"}},
-    "urgency": {"type": "score", "instructions": "How urgent the request is",
-                "criteria": ["can wait", "this week", "today", "right now"]},
-}
 
 
 def send(connection: http.client.HTTPConnection, path: str, body: bytes, *, key: str | None,
