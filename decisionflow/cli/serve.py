@@ -159,7 +159,7 @@ def serve_command(
         say(err, f"decisionflow serving http://{shown_host}:{bound_port} ({engine.loaded.name}; "
                  f"{count(len(registry.entries), 'rubric')}: {', '.join(registry.entries) or 'none'})")
 
-    serve(app, sock, graceful_shutdown_s=graceful_shutdown, log_level=log_level.value, on_started=announce)
+    serve(app, sock, log_level=log_level.value, on_started=announce)
 
 
 def _api_keys(given: list[str], variable: str) -> tuple[str, ...] | str:

@@ -104,7 +104,7 @@ class JSONAnswer(JSONResponse):
 
     def render(self, content: Any) -> bytes:
         try:
-            return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+            return super().render(content)
         except UnicodeEncodeError:
             return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
@@ -158,15 +158,8 @@ class DecisionService:
     async def systemone(self, raw: bytes, note: RequestNote) -> dict[str, Any]:
         note.rubric = "systemone"
         self.batcher.refuse_if_full(1)  # before any parsing, building or tokenising
-        parsed, question_set = await self.off_loop(self._systemone_request, raw, note.client)
-        rubric = question_set.rubric
-        try:
-            cost = await self._admit(rubric, parsed.state)
-        except _RubricTooLong as error:
-            raise Located(error.error, "questions") from None
-        except InputError as error:
-            raise Located(error, "state") from None
-        outcome = await self._decide_question_set(rubric, parsed.state, cost, note)
+        parsed, question_set, cost = await self.off_loop(self._systemone_request, raw, note.client)
+        outcome = await self._decide_question_set(question_set.rubric, parsed.state, cost, note)
         if isinstance(outcome, BaseException):
             raise Located(outcome, "state") if isinstance(outcome, InputError) else outcome
         return {"model": self.model_name, "answers": answers_of(outcome, parsed, question_set), "usage": usage_of(outcome)}
@@ -175,22 +168,42 @@ class DecisionService:
         """The first call of a set prefills its head and reads its content-free prior on the model thread.
         Such calls reach the queue one at a time, so a request of a prepared rubric waits behind at most
         one preparation, however many new sets arrive together; the others wait here, off the queue."""
-        prepared = self.engine.prepared.peek(rubric)
-        if prepared is not None and prepared.head is not None:
-            return await self.batcher.decide(("systemone", rubric.key), rubric, state, cost=cost, timing=note.timing)
-        async with self.preparing:
-            return await self.batcher.decide(("systemone", rubric.key), rubric, state, cost=cost, timing=note.timing)
+        def prepared() -> bool:
+            found = self.engine.prepared.peek(rubric)
+            return found is not None and found.head is not None
 
-    def _systemone_request(self, raw: bytes, client: str) -> tuple[SystemOneRequest, QuestionSet]:
-        """The request parsed and its question set ready: found, or (within the client's budget) built,
-        compiled and checked against the limits before anything is cached."""
+        def decide() -> Any:
+            return self.batcher.decide(("systemone", rubric.key), rubric, state, cost=cost, timing=note.timing)
+
+        if not prepared():
+            async with self.preparing:
+                # Requests of the set that waited here while its first call prepared it go on together.
+                if not prepared():
+                    return await decide()
+        return await decide()
+
+    def _systemone_request(self, raw: bytes, client: str) -> tuple[SystemOneRequest, QuestionSet, int]:
+        """The request parsed, its question set ready and its state admitted (its token cost). A set is
+        found, or built (a set that does not validate costs no budget), then, within the client's budget,
+        compiled and checked against the limits and the model's context before anything is cached."""
         parsed = parse_request(parse_json(raw), self.limits)
         key = self.question_sets.key(parsed.questions)
         question_set = self.question_sets.find(key)
         self.metrics.question_sets.labels(result="hit" if question_set is not None else "miss").inc()
-        prepared = self.engine.prepared
-        if question_set is not None and question_set.rubric in prepared:
-            return parsed, question_set
+        if question_set is None:
+            question_set = build_question_set(parsed.questions)
+        if question_set.rubric not in self.engine.prepared:
+            self._prepare_question_set(question_set, client)
+        self.question_sets.add(key, question_set)
+        try:
+            return parsed, question_set, _admission(self.engine, question_set.rubric, parsed.state)
+        except _RubricTooLong as error:
+            raise Located(error.error, "questions") from None
+        except InputError as error:
+            raise Located(error, "state") from None
+
+    def _prepare_question_set(self, question_set: QuestionSet, client: str) -> None:
+        """Charge the client's budget and compile the set, refusing it (nothing cached) over the limits."""
         wait = self.budget.charge(client)
         if wait is not None:
             self.metrics.rejected.labels(reason="question_set_budget").inc()
@@ -202,16 +215,12 @@ class DecisionService:
                 field="questions", headers={"Retry-After": str(max(1, math.ceil(min(wait, 3600))))},
             )
         self.metrics.preparations.inc()
-        if question_set is None:
-            question_set = build_question_set(parsed.questions)
         try:
-            prepared.get(question_set.rubric, check=self._head_within_limit)
+            self.engine.prepared.get(question_set.rubric, check=self._within_limits)
         except CompileError as error:
             raise Located(error, located_compile_error(str(error), question_set)) from None
-        self.question_sets.add(key, question_set)
-        return parsed, question_set
 
-    def _head_within_limit(self, prepared: Any) -> None:
+    def _within_limits(self, prepared: Any) -> None:
         head = len(prepared.compiled.head_tokens)
         limit = self.limits.max_question_set_head_tokens
         if head > limit:
@@ -219,6 +228,10 @@ class DecisionService:
                 f"the question set's prompt is {head} tokens before the input; at most {limit} "
                 "(max_question_set_head_tokens): ask fewer questions, or shorten their instructions and criteria"
             ), "questions")
+        try:
+            check_fits(prepared.compiled, [], self.engine.backend.max_positions)
+        except InputError as error:
+            raise Located(error, "questions") from None
 
     # -- /v1/rubrics/{name}/decide ------------------------------------------------------------------
 
@@ -246,8 +259,9 @@ class DecisionService:
                 raise outcome
             if isinstance(outcome, BaseException):
                 refusal = refusal_of(outcome, retry_after_s=self.limits.retry_after_s)
-                if refusal.status >= 500:
-                    log_failure(note, outcome, "an input of the request failed")
+                failure = own_failure(outcome, refusal)
+                if failure is not None:
+                    log_failure(note, failure, "an input of the request failed")
                 results.append(refusal.body())
             else:
                 results.append(outcome.to_dict())
@@ -339,6 +353,15 @@ def _admission(engine: Any, target: Any, payload: Any) -> int:
     return len(tokens) + rows
 
 
+def own_failure(error: BaseException, refusal: Refusal) -> BaseException | None:
+    """The error to log when `refusal` answers a failure of the server's own; None for a refusal it meant
+    (an HTTP refusal, `Unavailable`: a full queue, shutting down), located or not."""
+    cause = error.error if isinstance(error, Located) else error
+    if refusal.status < 500 or isinstance(cause, (HttpRefusal, Unavailable)):
+        return None
+    return cause
+
+
 def log_failure(note: RequestNote, error: BaseException, message: str = "request failed") -> None:
     """A failure of the server's own, with its traceback, under the request's id (never sent to the client)."""
     log.error(message, exc_info=(type(error), error, error.__traceback__),
@@ -353,8 +376,9 @@ def refusal_response(note: RequestNote, refusal: Refusal) -> Response:
 def error_response(note: RequestNote, error: BaseException, retry_after_s: int) -> Response:
     """A request's error as its answer; a failure of the server's own is logged with its traceback first."""
     refusal = refusal_of(error, retry_after_s=retry_after_s)
-    if refusal.status >= 500 and not isinstance(error, (HttpRefusal, Unavailable)):
-        log_failure(note, error.error if isinstance(error, Located) else error)
+    failure = own_failure(error, refusal)
+    if failure is not None:
+        log_failure(note, failure)
     return refusal_response(note, refusal)
 
 
@@ -561,21 +585,16 @@ class _KeyGuard:
         if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
+        note = scope["state"][NOTE]  # `_Front`, outside this guard, gave every request its note
         accepted = self._accepts(scope["headers"])
         if accepted is not None and accepted is not False:
-            note = scope.setdefault("state", {}).get(NOTE)
-            if note is not None:
-                note.client = f"key {accepted + 1}"  # its position in --api-key, never the key itself
+            note.client = f"key {accepted + 1}"  # its position in --api-key, never the key itself
             await self.app(scope, receive, send)
             return
         message = ("this server needs an API key: send `Authorization: Bearer <key>`" if accepted is None
                    else "the API key is not valid (send `Authorization: Bearer <key>`)")
-        note = scope.setdefault("state", {}).get(NOTE)
         refusal = Refusal(401, "Unauthorized", message, "authorization", headers={"WWW-Authenticate": "Bearer"})
-        if note is not None:
-            note.error_type = refusal.type
-        response = JSONAnswer(refusal.body(), status_code=401, headers=refusal.headers)
-        await response(scope, receive, send)
+        await refusal_response(note, refusal)(scope, receive, send)
 
 
 class _Front:

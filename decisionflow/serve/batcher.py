@@ -149,7 +149,7 @@ class MicroBatcher:
         if self._dispatcher is not None and not self.alive:
             raise Unavailable("the server cannot decide inputs now (its dispatcher or model thread stopped)")
         if self.depth + inputs > self.max_queue:
-            self.metrics.rejected.labels(reason="queue_full").inc(inputs)  # inputs, as `decide` counts
+            self.metrics.rejected.labels(reason="queue_full").inc(inputs)  # inputs, not requests
             raise at_capacity(self.depth)
 
     async def decide(
@@ -160,13 +160,7 @@ class MicroBatcher:
 
         `calibration` and `heads` are applied to the input's rubric; inputs of one `group` must share them.
         `timing`, when given, learns how long the input waited and how long its model call ran."""
-        if self._closing:
-            raise Unavailable("the server is shutting down")
-        if self._dispatcher is not None and not self.alive:
-            raise Unavailable("the server cannot decide inputs now (its dispatcher or model thread stopped)")
-        if self.depth >= self.max_queue:
-            self.metrics.rejected.labels(reason="queue_full").inc()
-            raise at_capacity(self.depth)
+        self.refuse_if_full()
         loop = asyncio.get_running_loop()
         item = _Waiting(group, target, calibration, heads, payload, cost, loop.create_future(), loop.time())
         self._queue.append(item)

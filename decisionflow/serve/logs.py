@@ -17,6 +17,8 @@ import logging
 import time
 from typing import Any
 
+from uvicorn.config import LOG_LEVELS
+
 LOGGER_NAME = "decisionflow.serve"
 log = logging.getLogger(LOGGER_NAME)
 
@@ -44,8 +46,7 @@ def log_config(level: str, base: dict[str, Any]) -> dict[str, Any]:
     config.setdefault("handlers", {})["decisionflow_json"] = {
         "formatter": "decisionflow_json", "class": "logging.StreamHandler", "stream": "ext://sys.stderr",
     }
-    numeric = logging.getLevelName(level.upper())
     config.setdefault("loggers", {})[LOGGER_NAME] = {
-        "handlers": ["decisionflow_json"], "level": numeric if isinstance(numeric, int) else 5, "propagate": False,
+        "handlers": ["decisionflow_json"], "level": LOG_LEVELS[level.lower()], "propagate": False,
     }
     return config

@@ -20,6 +20,7 @@ from dataclasses import field as dataclass_field
 from typing import Any
 
 from ..errors import DecisionflowError, RubricError, Unavailable, outcome_of
+from ..spec.text import first_lone_surrogate
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,6 @@ def field_path(*parts: str | int) -> str:
             path += f".{part}" if path else part
         else:
             # A lone surrogate cannot be written as UTF-8: such a key is shown escaped (`["\\ud800"]`).
-            printable = not any("\ud800" <= character <= "\udfff" for character in part)
+            printable = first_lone_surrogate(part) is None
             path += f"[{json.dumps(part, ensure_ascii=not printable)}]"
     return path

@@ -54,18 +54,17 @@ def settings_of(app: Any) -> ServeSettings:
     return settings if isinstance(settings, ServeSettings) else ServeSettings()
 
 
-def server_for(app: Any, *, graceful_shutdown_s: float | None = None, log_level: str = "info",
-               on_started: Callable[[], None] | None = None) -> Server:
+def server_for(app: Any, *, log_level: str = "info", on_started: Callable[[], None] | None = None) -> Server:
     settings = settings_of(app)
     config = uvicorn.Config(
         app, log_level=log_level, log_config=log_config(log_level, LOGGING_CONFIG),
-        timeout_graceful_shutdown=settings.graceful_shutdown_s if graceful_shutdown_s is None else graceful_shutdown_s,
+        timeout_graceful_shutdown=settings.graceful_shutdown_s,
         lifespan="on", access_log=False, server_header=False, limit_concurrency=settings.limit_concurrency,
     )
     return Server(config, on_started)
 
 
-def serve(app: Any, sock: socket.socket, *, graceful_shutdown_s: float | None = None, log_level: str = "info",
-          on_started: Callable[[], None] | None = None) -> None:
-    """Serve `app` on `sock` until SIGTERM/SIGINT (in the main thread) or until the server is told to stop."""
-    server_for(app, graceful_shutdown_s=graceful_shutdown_s, log_level=log_level, on_started=on_started).run(sockets=[sock])
+def serve(app: Any, sock: socket.socket, *, log_level: str = "info", on_started: Callable[[], None] | None = None) -> None:
+    """Serve `app` on `sock` until SIGTERM/SIGINT (in the main thread) or until the server is told to stop; how
+    long accepted requests get to finish is the app's `ServeSettings.graceful_shutdown_s`."""
+    server_for(app, log_level=log_level, on_started=on_started).run(sockets=[sock])

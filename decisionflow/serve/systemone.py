@@ -148,9 +148,8 @@ def _question(qid: str, spec: Any, limits: Limits, problems: list[Problem]) -> Q
     if not isinstance(instructions, str) or not instructions.strip():
         got = "missing" if "instructions" not in spec else f"got {_json_type(instructions)}" if not isinstance(instructions, str) else "got blank text"
         problems.append(Problem(SOURCE, field_path(*where, "instructions"), f"must be the question as non-blank text ({got})"))
-    elif lone_surrogate(instructions):
-        problems.append(Problem(SOURCE, field_path(*where, "instructions"),
-                                f"holds a lone surrogate ({lone_surrogate(instructions)}): it is not Unicode text"))
+    elif bad := lone_surrogate(instructions):
+        problems.append(Problem(SOURCE, field_path(*where, "instructions"), f"holds a lone surrogate ({bad}): it is not Unicode text"))
     criteria = None
     if kind in QUESTION_TYPES:
         criteria = _CRITERIA[kind](spec.get("criteria"), "criteria" in spec, field_path(*where, "criteria"), limits, problems)
@@ -192,9 +191,8 @@ def _choice_criteria(value: Any, given: bool, where: str, limits: Limits, proble
     options: dict[str, str] = {}
     seen: dict[str, str] = {}
     for label, description in value.items():
-        if lone_surrogate(label):
-            problems.append(Problem(SOURCE, where, f"label {label!r} holds a lone surrogate ({lone_surrogate(label)}): "
-                                                   "it is not Unicode text"))
+        if bad := lone_surrogate(label):
+            problems.append(Problem(SOURCE, where, f"label {label!r} holds a lone surrogate ({bad}): it is not Unicode text"))
             continue
         if not label.strip() or label != label.strip() or any(unicodedata.category(ch)[0] == "C" for ch in label):
             problems.append(Problem(SOURCE, where, f"label {label!r} is blank, has leading or trailing spaces, or holds control characters"))
@@ -224,9 +222,8 @@ def _description(value: Any, where: str, problems: list[Problem], *, required: b
     if not isinstance(value, str) or (required and not value.strip()):
         problems.append(Problem(SOURCE, where, f"must be a description as text, got {_json_type(value) if not isinstance(value, str) else 'blank text'}"))
         return ""
-    if lone_surrogate(value):
-        problems.append(Problem(SOURCE, where, f"the description holds a lone surrogate ({lone_surrogate(value)}): "
-                                               "it is not Unicode text"))
+    if bad := lone_surrogate(value):
+        problems.append(Problem(SOURCE, where, f"the description holds a lone surrogate ({bad}): it is not Unicode text"))
         return ""
     return " ".join(value.split())  # one line in the prompt's catalog
 
@@ -263,18 +260,16 @@ def _json_type(value: Any) -> str:
 
 class QuestionSets:
     """Question sets already built into rubrics, by content; the least recently used go first, beyond a
-    count and a byte budget. Safe to use from several threads (requests are parsed on a small pool);
-    `hits` and `misses` count the lookups. A set is added only once it was accepted (built, compiled,
+    count and a byte budget (the UTF-8 bytes of their questions). Safe to use from several threads
+    (requests are parsed on a small pool). A set is added only once it was accepted (built, compiled,
     within the limits): a refused set never pushes a good one out."""
 
-    def __init__(self, capacity: int, max_bytes: int = 32 << 20) -> None:
+    def __init__(self, capacity: int, max_bytes: int) -> None:
         self.capacity = capacity
         self.max_bytes = max_bytes
         self._sets: OrderedDict[str, QuestionSet] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
 
     def __len__(self) -> int:
         return len(self._sets)
@@ -289,9 +284,6 @@ class QuestionSets:
             found = self._sets.get(key)
             if found is not None:
                 self._sets.move_to_end(key)
-                self.hits += 1
-            else:
-                self.misses += 1
             return found
 
     def add(self, key: str, built: QuestionSet) -> None:
@@ -299,20 +291,14 @@ class QuestionSets:
             if key in self._sets:
                 return
             self._sets[key] = built
-            self._bytes += len(key)
+            self._bytes += _size(key)
             while len(self._sets) > 1 and (len(self._sets) > self.capacity or self._bytes > self.max_bytes):
                 dropped, _ = self._sets.popitem(last=False)
-                self._bytes -= len(dropped)
+                self._bytes -= _size(dropped)
 
-    def get(self, questions: tuple[Question, ...]) -> tuple[QuestionSet, bool]:
-        """The question set built (or found) for `questions`, and whether it was found."""
-        key = self.key(questions)
-        found = self.find(key)
-        if found is not None:
-            return found, True
-        built = build_question_set(questions)  # outside the lock: two threads may build one set, never wait
-        self.add(key, built)
-        return built, False
+
+def _size(key: str) -> int:
+    return len(key.encode("utf-8", errors="surrogatepass"))
 
 
 def build_question_set(questions: tuple[Question, ...]) -> QuestionSet:

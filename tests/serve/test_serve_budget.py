@@ -138,3 +138,16 @@ def test_new_question_sets_arriving_together_reach_the_model_one_preparation_at_
             thread.join(120)
         assert statuses == [200] * 4
         assert most[0] == 1
+
+
+def test_a_question_set_that_does_not_validate_costs_no_budget(engine, rubric_folder):
+    settings = ServeSettings(limits=Limits(new_question_set_burst=1, new_question_sets_per_minute=0.001))
+    with running_app(Engine(engine.loaded), rubric_folder, settings) as (_, port):
+        client = Client(port)
+        broken = question_set("broken")
+        broken["questions"]["team"]["criteria"] = {"billing": None}  # one label: refused while it is built
+        assert client.post("/v1/systemone", broken).status == 422
+        assert client.post("/v1/systemone", broken).status == 422  # again: still refused for what it is, not 429
+        assert client.post("/v1/systemone", question_set("valid")).status == 200  # the one preparation was still there
+        assert client.post("/v1/systemone", question_set("another")).status == 429
+        client.close()

@@ -132,7 +132,7 @@ def test_a_failure_inside_a_route_is_a_500_logged_with_its_traceback_and_never_s
     def broken(*_):
         raise RuntimeError("secret detail at /home/operator/internal.py")
 
-    monkeypatch.setattr(app.state.service, "_admit", lambda *a: _raise_async(broken))
+    monkeypatch.setattr(app.state.service, "_systemone_request", broken)
     before_500 = metric(client, 'decisionflow_requests_total{route="/v1/systemone",status="500"}')
     reply = client.post("/v1/systemone", {"state": "hello", "questions": SPAM}, headers={"X-Request-ID": "boom-1"})
     assert reply.status == 500, reply.body
@@ -146,10 +146,6 @@ def test_a_failure_inside_a_route_is_a_500_logged_with_its_traceback_and_never_s
     assert lines.of("boom-1")[0]["status"] == 500
     assert metric(client, 'decisionflow_requests_total{route="/v1/systemone",status="500"}') == before_500 + 1
     assert metric(client, 'decisionflow_errors_total{route="/v1/systemone",status="500",type="InternalError"}') >= 1
-
-
-async def _raise_async(function):
-    function()
 
 
 def test_an_exception_nothing_caught_is_a_json_500_counted_as_500_not_499(served, client, monkeypatch):
