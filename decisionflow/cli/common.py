@@ -181,11 +181,8 @@ def output_problem(path: Path, *, folder: bool) -> str | None:
         return f"{path} is a file; give a folder (it is created when missing)"
     if not folder and path.is_dir():
         return f"{path} is a folder; give a file name"
-    if path.exists() and not folder:
-        # A file written again (a calibration or heads refitted): its folder must take the new file.
-        ancestor = path.parent
-    else:
-        ancestor = path if path.exists() else existing_ancestor(path)
+    # A file written again (a calibration or heads refitted) needs its folder to take the new file.
+    ancestor = path if folder and path.exists() else existing_ancestor(path)
     if not ancestor.is_dir():
         return f"{path}: cannot be created, {ancestor} is a file"
     if not os.access(ancestor, os.W_OK | os.X_OK):

@@ -7,6 +7,7 @@ the model loads, so a wrong column or a label that is not an answer costs nothin
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -79,7 +80,8 @@ def fit_command(
     threads: ThreadsOption = None,
 ) -> None:
     """Fit a head per labelled field on the model's hidden states, keep it where it beats the zero-shot
-    readout in cross-validation, and save the heads beside the rubric (`run`, `eval` and `serve` apply them)."""
+    readout in cross-validation (McNemar p below --significance), and save the heads beside the rubric (`run`, `eval` and `serve` apply them)."""
+    from ..runtime.head_fit import fit_examples
     from ..runtime.heads import Heads
 
     err = stderr()
@@ -98,11 +100,10 @@ def fit_command(
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, threads=threads, device=device, dtype=dtype, loader=loader))
     with progress_bars(err) as progress_for:
         progress = progress_for("reading rows")
-        result = guarded(ctx, err, lambda: engine.fit(target, examples, layers=chosen_layers,
-                                                      progress=progress, significance=significance))
+        result = guarded(ctx, err, lambda: fit_examples(engine, target, examples, skipped=skipped, layers=chosen_layers,
+                                                         progress=progress, significance=significance))
     for line in result.warnings:
         say(err, line)
-    result.skipped = skipped
     guarded(ctx, err, lambda: result.heads.save(output))
     if as_json:
         typer.echo(json.dumps({**result.to_dict(), "saved": str(output)}, indent=2))
@@ -110,7 +111,8 @@ def fit_command(
     out = Console()
     out.print(fit_table(result))
     for name, info in result.fields.items():
-        if info.readout != "fitted" and info.note and not any(info.note in line for line in result.warnings):
+        # A field cross-validated (it has a C) and kept zero-shot says why here; one too short to fit was warned about.
+        if info.readout != "fitted" and info.regularisation is not None and info.note:
             say(out, f"{name} keeps the zero-shot readout: {info.note}")
     fitted = result.heads.fitted_fields
     say(out, f"{len(fitted)} of {len(result.fields)} labelled fields answer with a fitted head"
@@ -178,11 +180,13 @@ def _examples(rubric: Any, data: Path, labels: list[str], text_column: str, rows
         if not isinstance(text, (str, dict, list)) or (isinstance(text, str) and not text.strip()):
             raise DataError(f"{data}: data row {number}: the {text_column!r} cell is empty")
     try:
-        return examples_of(rubric, [(text, {k: _cell(v) for k, v in found.items()}) for text, found in pairs],
-                           unknown_labels="skip" if skip_unknown else "error")
+        examples, skipped = examples_of(rubric, [(text, {k: _cell(v) for k, v in found.items()}) for text, found in pairs],
+                                        unknown_labels="skip" if skip_unknown else "error")
     except DataError as error:
         # examples_of counts the selected rows; say which data row of the file that is.
         raise DataError(f"{data}: {_renumbered(str(error), [n for n, _ in numbered])}") from None
+    # Each example keeps its data row's number, so rows the engine cannot read are named as in the file.
+    return [replace(example, index=numbered[example.index][0]) for example in examples], skipped
 
 
 def _cell(value: Any) -> Any:

@@ -89,6 +89,7 @@ class Calibration(BaseModel):
                 )
 
     def save(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
 
     def priors(self, rubric: Rubric) -> dict[str, tuple[float, ...]]:

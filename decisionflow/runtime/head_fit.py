@@ -10,7 +10,8 @@ the same rows, and compares the readouts on the rows' out-of-fold answers:
 - `zero_shot`: the engine's readout (its correction applied), which needs no fitting;
 - `fitted`: the head, reading the hidden states and the zero-shot log-probabilities.
 
-The field keeps the readout with the higher cross-validated accuracy (zero-shot on a tie). Each
+The field keeps the head only when it is right on more rows across folds than zero-shot and McNemar's
+exact p of that difference is below `significance` (0.05; 1 keeps any win); otherwise zero-shot. Each
 candidate's figure comes with its 95 % Wilson interval and McNemar's exact p against zero-shot on
 the same rows. A field with fewer than `min_rows_per_label` rows for some answer keeps zero-shot,
 and the result's warnings say how many more rows it needs.
@@ -173,18 +174,25 @@ def _listed(labels: Sequence[str], shown: int = 8) -> str:
     return ", ".join(labels[:shown]) + (f", ... ({len(labels)} in all)" if len(labels) > shown else "")
 
 
-def fit_heads(
-    engine: Any, target: Any, rows: Iterable[Any], *, layers: Sequence[int] | None = None,
+def fit_heads(engine: Any, target: Any, rows: Iterable[Any], *, unknown_labels: str = "error", **options: Any) -> FitResult:
+    """Read `rows` (see `examples_of`) once through the engine and fit, per labelled field, a head or
+    keep zero-shot. `options`: see `fit_examples`."""
+    examples, skipped = examples_of(rubric_of(target), rows, unknown_labels=unknown_labels)
+    return fit_examples(engine, target, examples, skipped=skipped, **options)
+
+
+def fit_examples(
+    engine: Any, target: Any, examples: Sequence[Example], *, skipped: int = 0, layers: Sequence[int] | None = None,
     zero_shot_features: bool = True, min_rows_per_label: int = MIN_ROWS_PER_LABEL,
-    regularisation: Sequence[float] = REGULARISATION_GRID, folds: int = MAX_FOLDS, unknown_labels: str = "error",
+    regularisation: Sequence[float] = REGULARISATION_GRID, folds: int = MAX_FOLDS,
     progress: Progress | None = None, seed: int = 0, significance: float = SIGNIFICANCE,
 ) -> FitResult:
-    """Read `rows` once through the engine and fit, per labelled field, a head or keep zero-shot.
+    """`fit_heads` on rows `examples_of` has already checked against the rubric (the command line checks
+    its file before the model loads); `skipped`: the labels it left out, for the report.
 
     `layers`: the hidden layers a head reads (from the top: -1 is what the LM head reads; default
     `heads.DEFAULT_LAYERS`, those of them the model has).
-    `progress(done, total)` is called as rows are read. `rows` may also be the `Example`s `examples_of`
-    made of them (the command line checks its file that way before the model loads).
+    `progress(done, total)` is called as rows are read.
     """
     count = len(engine.backend.parts.layers)
     if layers is None:
@@ -196,11 +204,6 @@ def fit_heads(
     if bad:
         raise DataError(f"layer {bad[0]} does not exist: the model has {count} layers (use -1 .. -{count})")
     began = time.perf_counter()
-    rows = list(rows)
-    if rows and all(isinstance(row, Example) for row in rows):
-        examples, skipped = rows, 0  # already read against this rubric by `examples_of`
-    else:
-        examples, skipped = examples_of(rubric, rows, unknown_labels=unknown_labels)
     captured: list[Any] = [None] * len(examples)
     outcomes = engine._decide(
         rubric, [e.text for e in examples], progress=progress, calibration=None, debias=None, fail_fast=False,
@@ -214,7 +217,7 @@ def fit_heads(
             failed[example.index] = str(outcome)
     data, unread = _field_data(rubric, examples, captured, failed)
     began = time.perf_counter()
-    warnings: list[str] = []
+    notes: list[str] = []
     infos: dict[str, FieldHeadInfo] = {}
     heads: dict[str, FieldHead] = {}
     labelled = [name for name in rubric.fields if any(name in e.labels for e in examples)]
@@ -230,7 +233,7 @@ def fit_heads(
         if head is not None:
             heads[name] = head
         if warning:
-            warnings.append(warning)
+            notes.append(warning)
     prepared = engine.prepared.get(rubric)
     metadata = HeadsMetadata(
         rubric=rubric.name, rubric_fingerprint=rubric_fingerprint(rubric), model=engine.model_fingerprint,
@@ -239,12 +242,12 @@ def fit_heads(
     )
     if failed:
         index, why = next(iter(failed.items()))
-        warnings.append(f"warning: {len(failed)} of {len(examples)} rows could not be read and were left out "
+        notes.append(f"warning: {len(failed)} of {len(examples)} rows could not be read and were left out "
                         f"(first: row {index}: {why})")
     for name, count in unread.items():
-        warnings.append(f"warning: field {name!r}: {count} labelled rows were left out because the field is not asked "
+        notes.append(f"warning: field {name!r}: {count} labelled rows were left out because the field is not asked "
                         "(or does not offer the row's answer) under the row's gold answers of the fields it depends on")
-    return FitResult(Heads(metadata, heads), warnings, rows=len(examples) - len(failed), failed=failed, skipped=skipped,
+    return FitResult(Heads(metadata, heads), notes, rows=len(examples) - len(failed), failed=failed, skipped=skipped,
                      timings_s={"read": read_s, "fit": time.perf_counter() - began})
 
 
@@ -346,20 +349,19 @@ def fit_field(
             right = (predicted == gold).tolist()
             if best_right is None or sum(right) > sum(best_right):
                 best_c, best_right = c, right
-    assert best_right is not None and best_c is not None
-    fitted = candidates["fitted"] = _candidate(best_right, zero_shot_right)
-    wins = sum(best_right) > sum(zero_shot_right) and (fitted.p_vs_zero_shot or 0.0) < significance
+        assert best_right is not None and best_c is not None
+        fitted = candidates["fitted"] = _candidate(best_right, zero_shot_right)
+        # `significance` 1 keeps any win: McNemar's p of a narrow win can be exactly 1.
+        wins = sum(best_right) > sum(zero_shot_right) and (significance >= 1 or fitted.p_vs_zero_shot < significance)
+        final = model(best_c).fit(features, gold) if wins else None
     chosen = "fitted" if wins else "zero_shot"
     note = "" if wins else (
         "the zero-shot readout was at least as accurate across folds" if sum(best_right) <= sum(zero_shot_right)
         else f"the head's gain across folds was not significant (McNemar p = {fitted.p_vs_zero_shot:.2g}, "
              f"needs < {significance})")
     info = FieldHeadInfo(readout=chosen, regularisation=best_c, folds=splits, candidates=candidates, **base, note=note)
-    if chosen != "fitted":
+    if final is None:
         return info, None, ""
-    with warnings.catch_warnings(), threadpool_limits(1):
-        warnings.simplefilter("ignore")
-        final = model(best_c).fit(features, gold)
     scaler, regression = final[0], final[-1]
     weight = torch.tensor(regression.coef_, dtype=torch.float32)
     bias = torch.tensor(regression.intercept_, dtype=torch.float32)
@@ -379,6 +381,7 @@ def _candidate(right: Sequence[bool], zero_shot_right: Sequence[bool] | None = N
     if zero_shot_right is not None:
         wins = sum(a and not b for a, b in zip(right, zero_shot_right))
         losses = sum(b and not a for a, b in zip(right, zero_shot_right))
+        # McNemar's exact test, as `quality.metrics.mcnemar_exact` (a step this one may not import).
         p = binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
     return Candidate(accuracy=k / n if n else 0.0, low=interval.low if interval else 0.0,
                      high=interval.high if interval else 0.0, rows=n, p_vs_zero_shot=p)

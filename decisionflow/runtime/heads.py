@@ -178,6 +178,7 @@ class Heads:
         from safetensors.torch import save_file
 
         path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         tensors = {}
         for name, head in self.heads.items():
             for part in ("weight", "bias", "mean", "scale"):
@@ -260,7 +261,7 @@ class Heads:
                     f"the rubric no longer offers {', '.join(gone)}" if gone else "",
                 ) if part) or "the rubric lists them in another order"
                 raise HeadsError(f"{where}the head of field {name!r} was fitted for other answers ({change}); fit again")
-        if meta.model != model and meta.dtype and dtype and meta.dtype != dtype:
+        if meta.dtype and dtype and meta.dtype != dtype:
             raise HeadsError(f"{where}the heads were fitted with the model in {meta.dtype}; it is loaded here in {dtype}, "
                              f"whose weights and hidden states differ: load it with --dtype {meta.dtype}, or fit again")
         if meta.model != model:

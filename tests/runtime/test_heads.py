@@ -317,6 +317,9 @@ def test_heads_for_another_model_prompt_or_width_are_refused(engine: Engine, fit
     other_dtype = Heads(heads.metadata.model_copy(update={"model": "0" * 64, "dtype": "bfloat16"}), heads.heads)
     message = _refusal(engine, other_dtype, REVIEW)
     assert "fitted with the model in bfloat16; it is loaded here in float32" in message and "--dtype bfloat16" in message
+    # ...even where the weights hash alike (a checkpoint stored in bfloat16 hashes the same in either format).
+    same_weights = Heads(heads.metadata.model_copy(update={"dtype": "bfloat16"}), heads.heads)
+    assert "fitted with the model in bfloat16; it is loaded here in float32" in _refusal(engine, same_weights, REVIEW)
     other_prompt = Heads(heads.metadata.model_copy(update={"prompt": "0" * 32}), heads.heads)
     assert "another prompt" in _refusal(engine, other_prompt, REVIEW)
     code = heads.heads["code"]
@@ -402,6 +405,11 @@ def test_heads_files_that_are_not_heads_or_hold_bad_values_are_refused(fitted: F
     future = Heads(fitted.heads.metadata.model_copy(update={"format": 99}), fitted.heads.heads)
     with pytest.raises(HeadsError, match="heads format 99, this decisionflow reads format 1"):
         Heads.load(future.save(tmp_path / "future.heads.safetensors"))
+
+
+def test_heads_are_saved_into_a_folder_that_does_not_exist_yet(fitted: FitResult, tmp_path: Path):
+    path = fitted.heads.save(tmp_path / "new" / "folder" / "x.heads.safetensors")
+    assert Heads.load(path).fitted_fields == fitted.heads.fitted_fields
 
 
 def test_heads_saved_under_a_json_name_still_load(fitted: FitResult, tmp_path: Path):
