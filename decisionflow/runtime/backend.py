@@ -249,9 +249,8 @@ class TransformersBackend:
         one int64 host tensor, one copy (pinned and asynchronous on CUDA, so the host goes on queueing
         the pass without waiting for the device), then views of it."""
         pieces = [torch.as_tensor(values, dtype=torch.int64).reshape(-1) for values in sections.values()]
-        host = torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int64)
-        if self.device.type == "cuda":
-            host = host.pin_memory()
+        host = torch.empty(sum(len(piece) for piece in pieces), dtype=torch.int64, pin_memory=self.device.type == "cuda")
+        torch.cat(pieces, out=host)  # straight into the (pinned) buffer: no second host copy
         device = host.to(self.device, non_blocking=True)
         views: dict[str, torch.Tensor] = {}
         start = 0

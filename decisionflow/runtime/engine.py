@@ -218,12 +218,17 @@ class Engine:
         return fit_heads(self, target, rows, **options)
 
     def check_heads(self, heads: Heads, target: Any) -> None:
-        """Refuse heads fitted for another model, rubric, prompt or option set (a `HeadsError`)."""
+        """Refuse heads fitted for another model, rubric, prompt or option set (a `HeadsError`). Checked
+        once per (model, prepared rubric): the heads object remembers what it passed against."""
         rubric = rubric_of(target)
+        checked = (self.model_fingerprint, self.prepared.key(rubric))
+        if checked in heads.checked_for:
+            return
         prepared = self.prepared.get(rubric)
         heads.check(rubric, model=self.model_fingerprint, prompt=prompt_fingerprint(prepared.compiled.head_tokens),
                     hidden_size=int(self.backend.config.hidden_size), model_name=getattr(self.loaded, "name", "") or "",
                     dtype=str(self.backend.dtype).removeprefix("torch."))
+        heads.checked_for.add(checked)
 
     @property
     def model_fingerprint(self) -> str:
@@ -250,11 +255,7 @@ class Engine:
         if heads is not None and not heads.fitted_fields:
             heads = None
         if heads is not None:
-            # Checked once per (model, prepared rubric): the heads object remembers what it was checked against.
-            checked = (self.model_fingerprint, self.prepared.key(rubric))
-            if checked not in heads.checked_for:
-                self.check_heads(heads, rubric)
-                heads.checked_for.add(checked)
+            self.check_heads(heads, rubric)
         model_cls = typed_model(target)
         prepared = self.prepared.get(rubric)
         priors = self.prepared.priors(prepared, rubric, debias, calibration, heads)

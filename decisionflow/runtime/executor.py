@@ -163,16 +163,18 @@ def execute(
         if not reads:
             continue
         began = time.perf_counter()
+        rows = read_rows(reads)
         logprobs, features, gathered = backend.run_pass_with_features(
             head, [s.context for s in requests], packed, [p for r in reads for p in r.positions],
-            layers, [r.positions[r.row.root_read] for r in reads] if layers else (), gather_index(read_rows(reads)),
+            layers, [r.positions[r.row.root_read] for r in reads] if layers else (), gather_index(rows),
         )
         spent += (time.perf_counter() - began) * 1000
         by_read = None
         if features is not None:
             # One transfer for the pass; each read's row, cut to the layers a head or the capture reads.
             by_read = _layer_slices(features.cpu(), layers)
-        read_round(compiled, round_, requests, reads, logprobs, calibration, priors, heads, by_read, capture, gathered)
+        readings = read_fields(logprobs, rows, gathered)
+        read_round(compiled, round_, requests, reads, readings, calibration, priors, heads, by_read, capture)
         settle_derived(compiled, plan, requests, round_.index)
     return spent
 
@@ -316,19 +318,18 @@ def read_round(
     round_: Round,
     requests: list[RequestState],
     reads: list[Read],
-    logprobs: torch.Tensor,
+    readings: list[FieldReading],
     calibration: Calibration | None,
     priors: Priors | None = None,
     heads: Heads | None = None,
     features: LayerFeatures | None = None,
     capture: Sequence[int] = (),
-    gathered: torch.Tensor | None = None,
 ) -> None:
-    """Turn a pass's log-probs into each field's result, and queue each answer's line for the next pass.
+    """Turn a pass's readings (one per read) into each field's result, and queue each answer's line for
+    the next pass.
 
     A field in a request's `forced` answers has that label's line written (and conditions later fields)
     whatever the model answered; its result stays the model's own."""
-    readings = read_fields(logprobs, read_rows(reads), gathered)
     grouped: dict[tuple[int, str], list[tuple[Read, FieldReading, int]]] = {}
     for index, (read, reading) in enumerate(zip(reads, readings)):
         grouped.setdefault((read.request, read.field), []).append((read, reading, index))

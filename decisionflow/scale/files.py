@@ -72,11 +72,13 @@ def decide_file_on_ray(
 def _cluster_error(error: Exception, options: RayOptions, *, written: int, output: Path) -> DecisionflowError:
     """The run's end, said plainly: a DecisionflowError an actor raised keeps its own message; anything
     else (an actor that died past its restarts, a task that failed past its retries) becomes a ClusterError."""
+    ray = import_ray()
     seen: BaseException | None = error
     for _ in range(8):  # Ray wraps an actor's exception (RayTaskError, its user-code wrapper) a few levels deep
         if seen is None:
             break
-        if isinstance(seen, DecisionflowError):
+        # Ray's wrapper also subclasses the cause's class (`as_instanceof_cause`): its message is Ray's traceback.
+        if isinstance(seen, DecisionflowError) and not isinstance(seen, ray.exceptions.RayError):
             return seen
         seen = getattr(seen, "cause", None) or seen.__cause__
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -83,3 +83,5 @@ def test_a_run_that_stops_says_why_and_that_it_resumes(tmp_path):
     refused = CalibrationError("the calibration belongs to another rubric")
     wrapped = ray.exceptions.RayTaskError("DecisionActor.__call__", "traceback", refused)
     assert _cluster_error(wrapped, RayOptions(), written=0, output=tmp_path / "out.jsonl") is refused
+    # What Ray raises is the wrapper made an instance of the cause's class too: the cause is still what is said.
+    assert _cluster_error(wrapped.as_instanceof_cause(), RayOptions(), written=0, output=tmp_path / "out.jsonl") is refused
