@@ -20,8 +20,8 @@ error is recorded for that row and the run goes on) and skipped when the `--budg
    working tree) exists; the bundled SmolLM2-135M alone is 94 MB.
 3. Timing, the same model in the timed dtype, warm-up outside the timings, CUDA events beside wall
    time: one request of 1, 8 and 28 fields of the support_triage preset per path (torch with SDPA,
-   the fair baseline; Triton); 32 requests packed into one pass (`max_batch_tokens` raised; the
-   passes and engine batches it really took are recorded); the floor per path (one bare pass over
+   the fair baseline; Triton); 32 requests in one engine batch (`max_batch_tokens` raised: its two
+   passes, the pinned first field's and the rest, and the engine batches it took are recorded); the floor per path (one bare pass over
    the request's tokens after the cached head); greedy `generate` of the same JSON's length.
 
 Every row rewrites the JSON (`--out`, default `$OUT/gpu_check.json`, else `out/gpu_check.json`) and

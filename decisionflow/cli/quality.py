@@ -91,8 +91,8 @@ def eval_command(
     min_mass: MinMassOption = None,
     min_probability: MinProbabilityOption = None,
     calibration_path: CalibrationOption = None,
-    raw: Annotated[bool, typer.Option("--raw", help="Score the model's own probabilities: no calibration file and, unless "
-                                      "--debias says otherwise, no readout correction.")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="Score the model's own probabilities: no calibration file, no fitted heads "
+                                      "and, unless --debias says otherwise, no readout correction.")] = False,
     shuffle_options: Annotated[
         int, typer.Option("--shuffle-options", min=0, metavar="K", help="Re-ask with the field's options in K shuffled orders and report the flip rate.")
     ] = 0,

@@ -5,7 +5,7 @@
     uvicorn.run(app)                              # or `decisionflow serve`
 
 The model is loaded before the app starts and is only ever run on the micro-batcher's worker thread.
-The event loop only moves bytes and waits: bodies are parsed, question sets built and inputs tokenised
+The event loop moves bytes, dispatches and writes answers: bodies are parsed, question sets built and inputs tokenised
 on a small pool of helper threads (`ServeSettings.work_threads`), so one large body never stalls
 `/healthz`, `/metrics` or the dispatcher. Every refusal is a JSON error naming the offending field (see
 `refusals`), and no request can stop the server: whatever one request raises is that request's answer,

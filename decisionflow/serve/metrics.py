@@ -63,7 +63,8 @@ class Metrics:
             "decisionflow_pass_seconds", "Time of one model call (its forward passes).", buckets=_SECONDS, registry=self.registry
         )
         self.rejected = Counter(
-            "decisionflow_rejected", "Inputs refused before reaching the model, by reason.", ["reason"], registry=self.registry
+            "decisionflow_rejected", "Refusals by reason: inputs over a full queue (queue_full), requests past their deadline "
+            "(timeout), new question sets over a client's budget (question_set_budget).", ["reason"], registry=self.registry
         )
         self.cancelled = Counter(
             "decisionflow_cancelled", "Inputs dropped before their answer: the client went away or the request timed out.",
