@@ -29,6 +29,7 @@ import statistics
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -118,9 +119,13 @@ def hostile_bodies() -> list[tuple[str, bytes, str, str | None]]:
     ]
 
 
+RUN = uuid.uuid4().hex[:8]
+"""Part of every new question set's wording: a set new to this run is new to the server's disk cache too."""
+
+
 def new_question_set(number: int) -> bytes:
     questions = {
-        "refund": {"type": "noul", "instructions": f"Does the customer ask for money back (variant {number})"},
+        "refund": {"type": "noul", "instructions": f"Does the customer ask for money back (variant {RUN}-{number})"},
         "mood": {"type": "choice", "instructions": f"How does the writer feel ({number})",
                  "criteria": {"calm": None, "annoyed": None, "furious": None}},
     }
