@@ -193,7 +193,8 @@ def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean
         p = mcnemar_exact(int((right & ~zero_right).sum()), int((zero_right & ~right).sum()))
         row = {"set": name, "k": k or "all", "rows": len(chosen), "readout": info.readout, "C": info.regularisation,
                "cv": {c: v.accuracy for c, v in info.candidates.items()}, "dev": accuracy, "zero_shot_dev": zero_shot_dev,
-               "dev_macro_f1": macro_f1, "zero_shot_dev_macro_f1": zero_shot_f1, "mcnemar_p": p, "fit_s": round(fit_s, 1)}
+               "dev_macro_f1": macro_f1, "zero_shot_dev_macro_f1": zero_shot_f1, "mcnemar_p": p, "fit_s": round(fit_s, 1),
+               "dev_predicted": predicted.tolist()}
         print(f"| {name} | {k or 'all'} | {len(chosen)} | {info.readout} | "
               + " | ".join(f"{info.candidates[c].accuracy:.3f}" if c in info.candidates else "-" for c in ("zero_shot", "fitted"))
               + f" | {zero_shot_dev:.3f} | {accuracy:.3f} | {p:.2g} | {zero_shot_f1:.3f} | {macro_f1:.3f} | {fit_s:.1f} |",

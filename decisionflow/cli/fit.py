@@ -112,7 +112,7 @@ def fit_command(
     out.print(fit_table(result))
     for name, info in result.fields.items():
         # A field cross-validated (it has a C) and kept zero-shot says why here; one too short to fit was warned about.
-        if info.readout != "fitted" and info.regularisation is not None and info.note:
+        if info.readout != "fitted" and info.regularisation and info.note:
             say(out, f"{name} keeps the zero-shot readout: {info.note}")
     fitted = result.heads.fitted_fields
     say(out, f"{len(fitted)} of {len(result.fields)} labelled fields answer with a fitted head"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import CalibrationError
 from ..spec.rubric import Rubric
@@ -75,8 +75,14 @@ class FieldHeadInfo(BaseModel):
     debias: str | None = None
     """The readout correction the zero-shot features were read under; the engine reads the field under
     it whenever the head applies."""
-    regularisation: float | None = None
-    """The inverse regularisation strength C chosen by cross-validation."""
+    regularisation: tuple[float, ...] = ()
+    """The inverse regularisation strengths C whose regressions the head averages (empty where no head
+    was cross-validated; one C in heads fitted before the path was averaged)."""
+
+    @field_validator("regularisation", mode="before")
+    @classmethod
+    def _one_strength(cls, value: Any) -> Any:
+        return () if value is None else (value,) if isinstance(value, (int, float)) else value
     folds: int | None = None
     candidates: dict[str, Candidate] = {}
     note: str = ""

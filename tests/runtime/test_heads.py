@@ -107,7 +107,7 @@ def test_the_fit_keeps_a_head_only_where_it_beats_zero_shot(fitted: FitResult):
         info = fields[name]
         assert info.readout == "fitted", info
         assert info.candidates["fitted"].accuracy >= info.candidates["zero_shot"].accuracy + 0.2, info.candidates
-        assert info.regularisation in REGULARISATION_GRID and info.folds and 2 <= info.folds <= 5
+        assert info.regularisation == REGULARISATION_GRID and info.folds and 2 <= info.folds <= 5
         assert info.note == ""
     assert fields["code"].rows_per_label == {"k1": 20, "k2": 20}
     assert fields["group"].rows_per_label == {"g1": 20, "g2": 20, "g3": 12}
