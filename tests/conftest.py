@@ -1,7 +1,9 @@
 """Shared fixtures. The bundled real model is loaded once per test run.
 
-The suite's references are float32, the CPU's default: a `$DECISIONFLOW_DTYPE` set around the suite
-would change what `auto` means for every engine and command of it, so it is cleared here.
+The suite's references are float32, where every pass gives the same numbers whatever else shares it:
+`$DECISIONFLOW_DTYPE` is set to float32 here, for every engine and command the suite starts (on a CPU
+that multiplies bfloat16 in hardware, `auto` would take bfloat16). What `auto` takes, and a command
+run under it, are tested in tests/runtime/test_dtype_default.py with the variable removed.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 
 import pytest
 
-os.environ.pop("DECISIONFLOW_DTYPE", None)
+os.environ["DECISIONFLOW_DTYPE"] = "float32"
 
 
 def _bundled_model_installed() -> bool:

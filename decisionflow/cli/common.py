@@ -41,7 +41,8 @@ DeviceOption = Annotated[
     str, typer.Option(help="auto (a CUDA device when there is one, else the CPU), cpu, cuda or cuda:N.")
 ]
 DtypeOption = Annotated[
-    str, typer.Option(help="auto (bfloat16 on CUDA, float32 on the CPU; $DECISIONFLOW_DTYPE overrides auto), "
+    str, typer.Option(help="auto (bfloat16 on CUDA and on a CPU that multiplies it in hardware, else float32; "
+                     "$DECISIONFLOW_DTYPE overrides auto), "
                      "float32, bfloat16 or float16.")
 ]
 LoaderOption = Annotated[

@@ -103,7 +103,8 @@ class Engine:
 
         `device`: `auto` (the first CUDA device when there is one, else the CPU), `cpu`, `cuda` or
         `cuda:N`. `dtype`: `auto` (`$DECISIONFLOW_DTYPE` when set; else bfloat16 on CUDA, float16
-        where bfloat16 is unsupported, float32 on the CPU), `float32`, `bfloat16` or `float16`.
+        where bfloat16 is unsupported; on the CPU bfloat16 where it multiplies bfloat16 in hardware
+        (AVX512-BF16, AMX), else float32), `float32`, `bfloat16` or `float16`.
         `result.stats.dtype` says which was taken.
 
         With `persist_heads` (the default) rubric head caches are kept on disk under the cache

@@ -47,7 +47,8 @@ class RayOptions:
     device: str | None = None
     """None: `cuda` for actors that hold a GPU, else the engine's default (`auto`)."""
     dtype: str | None = None
-    """None: the engine's default (`auto`: bfloat16 on CUDA, float32 on the CPU, `$DECISIONFLOW_DTYPE` over both)."""
+    """None: the engine's default (`auto`: bfloat16 on CUDA and on a CPU with native bfloat16, else float32;
+    `$DECISIONFLOW_DTYPE` over both)."""
     mode: str = "branch"
     pin_first: bool | None = None
     loader: str | None = None
