@@ -154,7 +154,7 @@ def study_layers(train: dict, dev: dict) -> list[dict]:
 def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean: bool, ks) -> list[dict]:
     from sklearn.metrics import f1_score
 
-    from decisionflow.quality.metrics import mcnemar_exact
+    from decisionflow.quality.metrics import expected_calibration_error, mcnemar_exact
     from decisionflow.runtime.head_fit import MAX_FOLDS, REGULARISATION_GRID, FieldData, fit_field
     from decisionflow.spec import load_rubric
 
@@ -178,14 +178,17 @@ def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean
         fit_s = time.perf_counter() - began
         if head is not None:
             x_dev = features_of(dev, layers, mean=mean, zero_shot=False)
-            predicted = []
+            predicted, confidence = [], []
             for i in range(len(dev["gold"])):
                 z = torch.log(dev["zero_shot"][i].clamp_min(ZERO_SHOT_FLOOR))
                 p = head.probabilities(x_dev[i], z, range(len(info.labels)))
                 predicted.append(max(range(len(p)), key=p.__getitem__))
+                confidence.append(max(p))
             predicted = torch.tensor(predicted)
         else:
             predicted = dev["zero_shot"].argmax(dim=1)
+            confidence = dev["zero_shot"].max(dim=1).values.tolist()
+        ece = expected_calibration_error(confidence, (predicted == dev["gold"]).tolist())
         accuracy = float((predicted == dev["gold"]).float().mean())
         macro_f1 = float(f1_score(dev["gold"].numpy(), predicted.numpy(), average="macro"))
         zero_shot_f1 = float(f1_score(dev["gold"].numpy(), dev["zero_shot"].argmax(dim=1).numpy(), average="macro"))
@@ -194,10 +197,10 @@ def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean
         row = {"set": name, "k": k or "all", "rows": len(chosen), "readout": info.readout, "C": info.regularisation,
                "cv": {c: v.accuracy for c, v in info.candidates.items()}, "dev": accuracy, "zero_shot_dev": zero_shot_dev,
                "dev_macro_f1": macro_f1, "zero_shot_dev_macro_f1": zero_shot_f1, "mcnemar_p": p, "fit_s": round(fit_s, 1),
-               "dev_predicted": predicted.tolist()}
+               "dev_ece": ece, "dev_predicted": predicted.tolist()}
         print(f"| {name} | {k or 'all'} | {len(chosen)} | {info.readout} | "
               + " | ".join(f"{info.candidates[c].accuracy:.3f}" if c in info.candidates else "-" for c in ("zero_shot", "fitted"))
-              + f" | {zero_shot_dev:.3f} | {accuracy:.3f} | {p:.2g} | {zero_shot_f1:.3f} | {macro_f1:.3f} | {fit_s:.1f} |",
+              + f" | {zero_shot_dev:.3f} | {accuracy:.3f} | {p:.2g} | {zero_shot_f1:.3f} | {macro_f1:.3f} | {ece:.3f} | {fit_s:.1f} |",
               flush=True)
         out.append(row)
     return out
@@ -265,8 +268,8 @@ def main() -> None:
             results[name] = study_layers(train, dev)
         elif args.study == "curve":
             print("| set | k per label | rows | kept | CV zero-shot | CV fitted | dev zero-shot | dev as fitted | McNemar p "
-                  "| dev macro-F1 zero-shot | dev macro-F1 as fitted | fit s |\n"
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+                  "| dev macro-F1 zero-shot | dev macro-F1 as fitted | dev ECE as fitted | fit s |\n"
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
             ks = [None if k == "all" else int(k) for k in args.ks.split(",")]
             layers = tuple(int(x) for x in args.layers.split(","))
             results[name] = study_curve(name, train, dev, layers, args.input_mean, ks)

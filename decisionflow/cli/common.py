@@ -199,12 +199,14 @@ def refuse_output(err: Console, path: Path | None, *, folder: bool, option: str)
         raise typer.Exit(2)
 
 
-def check_calibration(calibration: Any, file: Path | None, rubric: Rubric) -> None:
-    """`Calibration.check`, its refusal naming the file (one found beside a rubric was not named by the user)."""
+def check_calibration(calibration: Any, file: Path | None, rubric: Rubric, heads: Any = None) -> None:
+    """`Calibration.check`, and `check_readouts` against the `heads` the command applies (None: none),
+    its refusal naming the file (one found beside a rubric was not named by the user)."""
     from ..errors import CalibrationError
 
     try:
         calibration.check(rubric)
+        calibration.check_readouts(heads.fitted_fields if heads is not None else ())
     except CalibrationError as error:
         raise CalibrationError(f"{file}: {error}" if file is not None else str(error)) from None
 

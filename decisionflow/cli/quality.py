@@ -123,10 +123,10 @@ def eval_command(
     chosen = guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, [label_column] if label_column else None,
                                              rows, limit, seed, err))
     base, base_file = (None, None) if raw else guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path))
-    if base is not None:
-        guarded(ctx, err, lambda: check_calibration(base, base_file, rubric))
-    calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
     heads, heads_file = (None, None) if raw else guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads))
+    if base is not None:
+        guarded(ctx, err, lambda: check_calibration(base, base_file, rubric, heads))
+    calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader, generates=baseline))
     if heads is not None:
         guarded(ctx, err, lambda: engine.check_heads(heads, target))

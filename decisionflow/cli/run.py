@@ -106,13 +106,13 @@ def run(
         raise typer.Exit(1)
     target = load_target(ctx, rubric_ref, err)
     calibration, calibration_file = guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path))
+    heads, heads_file = guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads))
     if calibration is not None:
         from ..spec.declare import rubric_of
 
-        guarded(ctx, err, lambda: check_calibration(calibration, calibration_file, rubric_of(target)))
+        guarded(ctx, err, lambda: check_calibration(calibration, calibration_file, rubric_of(target), heads))
         # Probabilities and abstentions change under a calibration: say which file did it.
         say(err, f"calibration: {calibration_file} ({', '.join(calibration.fields)})")
-    heads, heads_file = guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads))
     if heads is not None:
         # Answers change under fitted heads: say which file did it, and for which fields.
         say(err, f"heads: {heads_file} (fitted: {', '.join(heads.fitted_fields) or 'none'})")

@@ -11,6 +11,7 @@ A rubric's calibration lives in a small JSON file beside it: `triage.yaml` -> `t
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -86,6 +87,24 @@ class Calibration(BaseModel):
                 raise CalibrationError(
                     f"the calibration of field {name!r} was fitted for labels {', '.join(settings.labels)}; "
                     f"the rubric's field offers {', '.join(spec.labels)}"
+                )
+
+    def check_readouts(self, fitted_fields: Collection[str]) -> None:
+        """Refuse a field's temperature or probability threshold fitted on another readout than the one
+        that answers it here: fitted on a head's distribution and applied to the zero-shot one (heads
+        not applied), or the reverse. The two distributions differ in shape, so the settings would
+        rescale and cut the wrong one. A candidate-mass threshold reads the same mass either way."""
+        for name, settings in self.fields.items():
+            if settings.temperature == 1.0 and settings.min_probability is None:
+                continue
+            answered_by_head = name in fitted_fields
+            if settings.after_head != answered_by_head:
+                fitted_on, answered = (("its fitted head's", "zero-shot (no heads apply)") if settings.after_head
+                                       else ("its zero-shot", "by a fitted head"))
+                raise CalibrationError(
+                    f"the calibration of field {name!r} was fitted on {fitted_on} distribution, but here the field "
+                    f"is answered {answered}: calibrate again with the heads this command applies, or apply the "
+                    f"heads it was fitted with"
                 )
 
     def save(self, path: str | Path) -> None:

@@ -257,6 +257,8 @@ class Engine:
             heads = None
         if heads is not None:
             self.check_heads(heads, rubric)
+        if calibration is not None:
+            calibration.check_readouts(heads.fitted_fields if heads is not None else ())
         model_cls = typed_model(target)
         prepared = self.prepared.get(rubric)
         priors = self.prepared.priors(prepared, rubric, debias, calibration, heads)

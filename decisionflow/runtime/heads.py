@@ -83,6 +83,9 @@ class FieldHeadInfo(BaseModel):
     @classmethod
     def _one_strength(cls, value: Any) -> Any:
         return () if value is None else (value,) if isinstance(value, (int, float)) else value
+    temperature: float = 1.0
+    """The averaged path's scores are divided by it (fitted on the out-of-fold scores by log-loss; the
+    stored weights already include it): it sets the head's confidence, never its answer."""
     folds: int | None = None
     candidates: dict[str, Candidate] = {}
     note: str = ""

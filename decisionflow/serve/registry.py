@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DecisionflowError, Problem, RubricError
+from ..errors import CalibrationError, DecisionflowError, Problem, RubricError
 from ..runtime.calibration import Calibration
 from ..runtime.heads import Heads, HeadsError
 from ..runtime.heads import describe as describe_head
@@ -76,6 +76,12 @@ class RubricRegistry:
                     fitted = _heads_beside(path)
                 except HeadsError as error:
                     problems.append(_heads_problem(Heads.path_for(path), error))
+                    broken = True
+            if not broken and calibration is not None:
+                try:
+                    calibration.check_readouts(fitted.fitted_fields if fitted is not None else ())
+                except CalibrationError as error:
+                    problems.append(Problem(str(Calibration.path_for(path)), "", str(error)))
                     broken = True
             if not broken:
                 entries[path.stem] = Registered(path.stem, rubric, path, calibration, fitted)

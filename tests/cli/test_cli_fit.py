@@ -256,6 +256,45 @@ def test_run_refuses_heads_fitted_for_another_rubric(fitted_project, tmp_path: P
     assert error_lines(missing) == [f"error: heads file not found: {tmp_path / 'none.heads.safetensors'}"]
 
 
+def test_a_calibration_applies_only_to_the_readout_it_was_fitted_on(fitted_project, tmp_path: Path):
+    """A temperature fitted on a head's distribution is refused where the field is answered zero-shot
+    (`--no-heads`), and one fitted zero-shot where a head answers, before the model loads; a
+    calibration fitted under the heads that apply runs."""
+    import shutil
+
+    from decisionflow.runtime.calibration import Calibration, FieldCalibration
+
+    rubric, rows, saved = fitted_project
+    here = tmp_path / "review.yaml"
+    shutil.copy(rubric, here)
+    shutil.copy(saved, Heads.path_for(here))
+    calibration_file = Calibration.path_for(here)
+
+    def calibrated(after_head: bool) -> None:
+        Calibration(rubric="review", fields={"code": FieldCalibration(
+            temperature=2.0, labels=("k1", "k2"), after_head=after_head)}).save(calibration_file)
+
+    calibrated(after_head=True)
+    headed = invoke("run", here, "--text", TEXT, "--json")
+    assert headed.exit_code == 0, headed.output
+    assert json.loads(headed.stdout)["fields"]["code"]["method"] == "fitted"
+    zero_shot = invoke("run", here, "--text", TEXT, "--no-heads")
+    assert zero_shot.exit_code == 1
+    assert only_lines(zero_shot) == [
+        f"error: {calibration_file}: the calibration of field 'code' was fitted on its fitted head's distribution, "
+        "but here the field is answered zero-shot (no heads apply): calibrate again with the heads this command "
+        "applies, or apply the heads it was fitted with"]
+    calibrated(after_head=False)
+    evaluated = invoke("eval", here, "--data", rows, "--field", "code", "--rows", "0:4")
+    assert evaluated.exit_code == 1
+    assert "was fitted on its zero-shot distribution" in " ".join(error_lines(evaluated))
+    refused = invoke("run", here, "--text", TEXT)
+    assert refused.exit_code == 1
+    [line] = only_lines(refused)
+    assert "field 'code' was fitted on its zero-shot distribution, but here the field is answered by a fitted head" in line
+    assert invoke("run", here, "--text", TEXT, "--no-heads").exit_code == 0
+
+
 def test_eval_with_heads_reports_zero_shot_beside_the_fitted_readout(fitted_project):
     rubric, rows, saved = fitted_project
     result = invoke("eval", rubric, "--data", rows, "--field", "code", "--rows", "0:12")
