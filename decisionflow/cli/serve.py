@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from ..errors import Unavailable
+from ..serve.settings import Access, Batching, Limits, ServeSettings
 from .common import (
     DeviceOption,
     DtypeOption,
@@ -30,6 +31,10 @@ from .common import (
 SERVE_PACKAGES = ("fastapi", "uvicorn", "prometheus_client")
 API_KEYS_VARIABLE = "DECISIONFLOW_API_KEYS"
 """Comma-separated API keys, added to those of `--api-key` (a key on the command line shows in `ps`)."""
+
+
+# The command's defaults are the settings' own: one place says what a server accepts.
+LIMITS, BATCHING, ACCESS, SERVE = Limits(), Batching(), Access(), ServeSettings()
 
 
 class LogLevel(str, Enum):
@@ -59,41 +64,46 @@ def serve_command(
     loader: LoaderOption = "auto",
     threads: ThreadsOption = None,
     exact: ExactOption = False,
-    batching: Annotated[bool, typer.Option("--batching/--no-batching", help="Decide concurrent requests of one rubric together.")] = True,
-    batch_wait_ms: Annotated[float, typer.Option(min=0, help="How long an idle model waits for more requests to batch.")] = 5.0,
-    batch_tokens: Annotated[int, typer.Option(min=1, help="New tokens per model call (inputs and rows).")] = 4096,
-    max_queue: Annotated[int, typer.Option(min=1, help="Inputs waiting for the model before requests get 503 (at least --max-texts).")] = 256,
+    batching: Annotated[bool, typer.Option("--batching/--no-batching", help="Decide concurrent requests of one rubric together.")] = BATCHING.enabled,
+    batch_wait_ms: Annotated[float, typer.Option(min=0, help="How long an idle model waits for more requests to batch.")] = BATCHING.max_wait_ms,
+    batch_tokens: Annotated[int, typer.Option(min=1, help="New tokens per model call (inputs and rows).")] = BATCHING.token_budget,
+    max_queue: Annotated[int, typer.Option(min=1, help="Inputs waiting for the model before requests get 503 (at least --max-texts).")] = LIMITS.max_queue,
     max_body_bytes: Annotated[
         int | None,
         typer.Option(min=1, help="Largest request body accepted (default: 16 bytes per position of the model's "
                      "context, at least 64 KiB).", show_default=False),
     ] = None,
-    max_questions: Annotated[int, typer.Option(min=1, help="Questions per /v1/systemone request.")] = 32,
-    max_options: Annotated[int, typer.Option(min=2, help="Labels per choice question.")] = 64,
-    max_texts: Annotated[int, typer.Option(min=1, help="Inputs per rubric request with `texts`.")] = 64,
+    max_questions: Annotated[int, typer.Option(min=1, help="Questions per /v1/systemone request.")] = LIMITS.max_questions,
+    max_options: Annotated[int, typer.Option(min=2, help="Labels per choice question.")] = LIMITS.max_options,
+    max_texts: Annotated[int, typer.Option(min=1, help="Inputs per rubric request with `texts`.")] = LIMITS.max_texts,
     new_question_sets_per_minute: Annotated[float, typer.Option(
         min=0, help="New /v1/systemone question sets each client (API key; all clients without keys) may have "
-                    "prepared per minute; beyond it 429. Sets already prepared are never limited.")] = 30.0,
-    new_question_set_burst: Annotated[int, typer.Option(min=1, help="New question sets a client may have prepared at once.")] = 4,
+                    "prepared per minute; beyond it 429. Sets already prepared are never limited.")] = LIMITS.new_question_sets_per_minute,
+    new_question_set_burst: Annotated[int, typer.Option(
+        min=1, help="New question sets a client may have prepared at once.")] = LIMITS.new_question_set_burst,
     max_question_set_head_tokens: Annotated[int, typer.Option(
-        min=1, help="Longest prompt (tokens before the input) of a /v1/systemone question set.")] = 2048,
-    body_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds a request body may take to arrive (408 after).")] = 30.0,
+        min=1, help="Longest prompt (tokens before the input) of a /v1/systemone question set.")] = LIMITS.max_question_set_head_tokens,
+    body_timeout: Annotated[float, typer.Option(
+        min=0.001, help="Seconds a request body may take to arrive (408 after).")] = LIMITS.body_timeout_s,
     request_timeout: Annotated[
         float | None,
         typer.Option(min=0.001, help="Seconds a request may take in all (504 after; its work is dropped if the model "
                      "has not started on it). Default: no deadline.", show_default=False),
     ] = None,
-    limit_concurrency: Annotated[int, typer.Option(min=1, help="Connections and requests held at once (a plain 503 beyond).")] = 512,
-    work_threads: Annotated[int, typer.Option(min=1, help="Threads parsing bodies and tokenising inputs off the event loop.")] = 2,
+    limit_concurrency: Annotated[int, typer.Option(
+        min=1, help="Connections and requests held at once (a plain 503 beyond).")] = SERVE.limit_concurrency,
+    work_threads: Annotated[int, typer.Option(
+        min=1, help="Threads parsing bodies and tokenising inputs off the event loop.")] = SERVE.work_threads,
     api_key: Annotated[
         list[str] | None,
         typer.Option("--api-key", help=f"Accept `Authorization: Bearer KEY`; repeat for several. Keys in "
                      f"${API_KEYS_VARIABLE} (comma-separated) are added. Without any, every route is open.",
                      show_default=False),
     ] = None,
-    protect_health: Annotated[bool, typer.Option("--protect-health", help="Ask for the key on /healthz and /readyz too.")] = False,
-    protect_metrics: Annotated[bool, typer.Option("--protect-metrics", help="Ask for the key on /metrics too.")] = False,
-    docs: Annotated[bool, typer.Option("--docs", help="Serve /docs, /redoc and /openapi.json.")] = False,
+    protect_health: Annotated[bool, typer.Option(
+        "--protect-health", help="Ask for the key on /healthz and /readyz too.")] = ACCESS.protect_health,
+    protect_metrics: Annotated[bool, typer.Option("--protect-metrics", help="Ask for the key on /metrics too.")] = ACCESS.protect_metrics,
+    docs: Annotated[bool, typer.Option("--docs", help="Serve /docs, /redoc and /openapi.json.")] = ACCESS.docs,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option("--cors-origin", help="An origin browsers may call the API from (`*`: any); repeat for several. "
@@ -104,7 +114,8 @@ def serve_command(
         typer.Option(help="The model's name in answers and /v1/models (default: the model's, a local path cut to "
                      "its last part).", show_default=False),
     ] = None,
-    graceful_shutdown: Annotated[float, typer.Option(min=0, help="Seconds accepted requests get to finish on SIGTERM.")] = 30.0,
+    graceful_shutdown: Annotated[float, typer.Option(
+        min=0, help="Seconds accepted requests get to finish on SIGTERM.")] = SERVE.graceful_shutdown_s,
     log_level: Annotated[LogLevel, typer.Option(help="Log level of uvicorn and of the request log.")] = LogLevel.info,
 ) -> None:
     """Serve /v1/systemone, /v1/rubrics/{name}/decide, /v1/rubrics, /v1/models, /healthz, /readyz and /metrics
@@ -122,7 +133,7 @@ def serve_command(
         say(err, "error: --served-model-name is blank")
         raise typer.Exit(2)
     guarded(ctx, err, _check_installed)
-    from ..serve import Access, Batching, Limits, RubricRegistry, ServeSettings, create_app
+    from ..serve import RubricRegistry, create_app
     from ..serve.server import bind, serve
 
     registry = guarded(ctx, err, lambda: RubricRegistry.from_folder(rubrics, heads=not no_heads))

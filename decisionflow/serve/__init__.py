@@ -5,8 +5,22 @@
 prometheus_client are the optional extra `decisionflow[serve]`.
 """
 
-from .app import create_app
-from .registry import RubricRegistry
+from typing import Any
+
 from .settings import Access, Batching, Limits, ServeSettings
 
 __all__ = ["Access", "Batching", "Limits", "RubricRegistry", "ServeSettings", "create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    # The settings are plain dataclasses that the command line reads its defaults from; the app (FastAPI)
+    # and the registry (the engine's modules) load only when asked for.
+    if name == "create_app":
+        from .app import create_app
+
+        return create_app
+    if name == "RubricRegistry":
+        from .registry import RubricRegistry
+
+        return RubricRegistry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,3 +41,16 @@ def test_version_is_the_installed_one():
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0
     assert result.stdout.strip() == f"decisionflow {version('decisionflow')}" == f"decisionflow {decisionflow.__version__}"
+
+
+def test_the_command_line_and_the_server_settings_load_without_the_web_stack_or_torch():
+    """Every command starts by importing the command line; `serve` reads its defaults from the server's
+    settings, which must not pull FastAPI (or torch) into `run`'s cold start."""
+    probe = ("import sys, decisionflow.cli, decisionflow.serve; "
+             "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn', 'torch') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300, check=True)
+    assert loaded.stdout.strip() == "[]"
+    from decisionflow.cli.serve import LIMITS
+    from decisionflow.serve import Limits
+
+    assert LIMITS == Limits()
