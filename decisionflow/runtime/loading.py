@@ -263,9 +263,15 @@ def model_source(model: str | os.PathLike, *, tokenizer_only: bool = False) -> t
         if not (tokenizer_only and any((path / file).is_file() for file in TOKENIZER_FILES)):
             _check_folder(path)
         return "folder", path
-    if name.count("/") == 1 and not path.exists() and not name.startswith((".", "/", "~")) and not name.endswith("/"):
+    if is_hub_id(name):
         return "hub", Path(name)
     raise ModelError(f"model not found: {name!r} is neither a folder, a .gguf file nor a hub id (owner/name)")
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether `name` reads as a hub id (`owner/name`) rather than a path on this machine."""
+    return (name.count("/") == 1 and "\\" not in name and not name.startswith((".", "/", "~"))
+            and not name.endswith("/") and not Path(name).expanduser().exists())
 
 
 def _check_gguf(path: Path) -> None:

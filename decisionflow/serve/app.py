@@ -29,7 +29,6 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from fastapi import FastAPI, Request
@@ -41,6 +40,7 @@ from starlette.routing import Match
 
 from ..errors import CompileError, DataError, DecisionflowError, InputError, Unavailable
 from ..runtime.executor import check_fits
+from ..runtime.loading import is_hub_id
 from .batcher import MicroBatcher, Timing
 from .body import first_repeated_key, json_content_type, parse_json, read_body
 from .budget import ANONYMOUS, PreparationBudget
@@ -111,13 +111,9 @@ class JSONAnswer(JSONResponse):
 
 def public_model_name(name: str) -> str:
     """The model's name as clients see it: a local path cut to its last part; hub ids and `bundled:` as they are."""
-    if name.startswith("bundled:"):
+    if name.startswith("bundled:") or is_hub_id(name):
         return name
-    path = Path(name).expanduser()
-    local = name.startswith(("/", ".", "~", "\\")) or "\\" in name or name.count("/") > 1 or path.is_absolute()
-    if local or path.exists():
-        return re.split(r"[\\/]", name.rstrip("/\\"))[-1] or "model"
-    return name
+    return re.split(r"[\\/]", name.rstrip("/\\"))[-1] or "model"
 
 
 class DecisionService:
