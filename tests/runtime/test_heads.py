@@ -569,3 +569,13 @@ def test_labelling_an_earlier_field_does_not_change_a_later_fields_figures(engin
     alone = engine.fit(pinned, [(text, {"code": labels["code"]}) for text, labels in rows])
     # `code` does not depend on `sentiment`; only the answer written before it differs.
     assert both.fields["code"].candidates == alone.fields["code"].candidates
+
+
+def test_heads_metadata_of_a_single_c_still_loads():
+    """Files written before the regularisation path was averaged record one C; they load as a path of one."""
+    from decisionflow.runtime.heads import FieldHeadInfo
+
+    old = FieldHeadInfo.model_validate({"labels": ["a", "b"], "readout": "fitted", "regularisation": 0.01})
+    assert old.regularisation == (0.01,) and old.temperature == 1.0
+    assert FieldHeadInfo(labels=("a", "b"), readout="zero_shot", regularisation=None).regularisation == ()
+    assert FieldHeadInfo(labels=("a", "b"), readout="fitted", regularisation=REGULARISATION_GRID).regularisation == REGULARISATION_GRID
