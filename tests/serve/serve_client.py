@@ -14,6 +14,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 import pytest
@@ -72,6 +73,19 @@ class Client:
 
     def close(self) -> None:
         self.connection.close()
+
+
+def stand_in_engine(name: str = "stand-in") -> SimpleNamespace:
+    """What the app and the command read of an engine when no input reaches the model."""
+    from decisionflow.runtime.engine import EngineOptions
+
+    return SimpleNamespace(loaded=SimpleNamespace(name=name), options=EngineOptions())
+
+
+def metric(client: Client, prefix: str) -> float:
+    """The sum of every /metrics sample whose line starts with `prefix`."""
+    lines = [line for line in client.get("/metrics").body.splitlines() if line.startswith(prefix)]
+    return sum(float(line.split()[-1]) for line in lines)
 
 
 @contextmanager

@@ -5,16 +5,12 @@ list nothing, CORS only for the origins named; and the command's flags that set 
 from __future__ import annotations
 
 import hmac
-import shutil
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from serve_client import ROOT, TICKETS, Client, running_app, running_server
+from serve_client import Client, metric, rubric_folder, running_app, running_server, stand_in_engine  # noqa: F401 - fixtures
 from typer.testing import CliRunner
 
 from decisionflow.cli import app as cli_app
-from decisionflow.runtime.engine import EngineOptions
 from decisionflow.serve import Access, Batching, ServeSettings
 from decisionflow.serve.app import _KeyGuard, public_model_name
 
@@ -29,18 +25,10 @@ def bearer(key: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("access")
-    shutil.copy(ROOT / "workflows" / "sentiment.yaml", path / "sentiment.yaml")
-    (path / "tickets.yaml").write_text(TICKETS, encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def guarded(engine, folder):
+def guarded(engine, rubric_folder):
     """One server for the module: two keys, CORS for one origin, a served model name."""
     settings = ServeSettings(access=Access(api_keys=KEYS, cors_origins=(ORIGIN,)), served_model_name="judge-1")
-    with running_server(engine, folder, settings) as port:
+    with running_server(engine, rubric_folder, settings) as port:
         yield port
 
 
@@ -49,11 +37,6 @@ def client(guarded):
     connection = Client(guarded)
     yield connection
     connection.close()
-
-
-def metric(client: Client, prefix: str) -> float:
-    lines = [line for line in client.get("/metrics").body.splitlines() if line.startswith(prefix)]
-    return sum(float(line.split()[-1]) for line in lines)
 
 
 # -- the key ------------------------------------------------------------------------------------------------
@@ -186,8 +169,8 @@ def test_cors_answers_the_named_origin_only(client):
     assert "x-request-id" in answer.headers["access-control-expose-headers"].lower()
 
 
-def test_without_cors_origins_no_cors_header_is_sent(engine, folder):
-    with running_server(engine, folder) as port:
+def test_without_cors_origins_no_cors_header_is_sent(engine, rubric_folder):
+    with running_server(engine, rubric_folder) as port:
         client = Client(port)
         reply = client.get("/v1/models", headers={"Origin": ORIGIN})
         assert reply.status == 200  # no keys: open
@@ -200,14 +183,9 @@ def test_without_cors_origins_no_cors_header_is_sent(engine, folder):
 # -- guarded probes and metrics, docs on -------------------------------------------------------------------------
 
 
-def stand_in_engine(name: str = "stand-in") -> SimpleNamespace:
-    """What the app reads of an engine when no input reaches the model."""
-    return SimpleNamespace(loaded=SimpleNamespace(name=name), options=EngineOptions())
-
-
-def test_probes_metrics_and_docs_can_be_put_behind_the_key(folder):
+def test_probes_metrics_and_docs_can_be_put_behind_the_key(rubric_folder):
     settings = ServeSettings(access=Access(api_keys=KEYS, protect_health=True, protect_metrics=True, docs=True))
-    with running_server(stand_in_engine(), folder, settings) as port:
+    with running_server(stand_in_engine(), rubric_folder, settings) as port:
         client = Client(port)
         for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"):
             assert client.get(path).status == 401, path
@@ -234,8 +212,8 @@ def served_app(monkeypatch, engine, *args: str, env: dict[str, str] | None = Non
     return result, (apps[0] if apps else None)
 
 
-def test_keys_come_from_the_flag_and_the_environment(monkeypatch, folder):
-    result, app = served_app(monkeypatch, stand_in_engine(), "--rubrics", str(folder), "--api-key", "from-flag-1",
+def test_keys_come_from_the_flag_and_the_environment(monkeypatch, rubric_folder):
+    result, app = served_app(monkeypatch, stand_in_engine(), "--rubrics", str(rubric_folder), "--api-key", "from-flag-1",
                              "--api-key", "from-flag-2", env={"DECISIONFLOW_API_KEYS": " from-env-1 ,from-env-2,,"})
     assert result.exit_code == 0, result.output
     access = app.state.service.settings.access
@@ -245,17 +223,17 @@ def test_keys_come_from_the_flag_and_the_environment(monkeypatch, folder):
 
 
 @pytest.mark.parametrize("key", ["two words", "tab\tkey", "ключ", "bell\x07"])
-def test_a_key_that_is_not_one_printable_token_is_refused_without_being_shown(monkeypatch, folder, key):
-    result, app = served_app(monkeypatch, stand_in_engine(), "--rubrics", str(folder), "--api-key", "good-key",
+def test_a_key_that_is_not_one_printable_token_is_refused_without_being_shown(monkeypatch, rubric_folder, key):
+    result, app = served_app(monkeypatch, stand_in_engine(), "--rubrics", str(rubric_folder), "--api-key", "good-key",
                              "--api-key", key)
     assert result.exit_code == 2 and app is None
     assert result.output.startswith("error: API key 2 of 2") and key not in result.output
 
 
-def test_the_flags_reach_the_app_and_batch_tokens_reach_the_engine(monkeypatch, folder):
+def test_the_flags_reach_the_app_and_batch_tokens_reach_the_engine(monkeypatch, rubric_folder):
     engine = stand_in_engine("/srv/models/private/judge.gguf")
     result, app = served_app(
-        monkeypatch, engine, "--rubrics", str(folder), "--batch-tokens", "1234", "--protect-health", "--protect-metrics",
+        monkeypatch, engine, "--rubrics", str(rubric_folder), "--batch-tokens", "1234", "--protect-health", "--protect-metrics",
         "--docs", "--cors-origin", ORIGIN, "--cors-origin", "https://b.example", "--request-timeout", "2.5",
         "--body-timeout", "4", "--limit-concurrency", "9", "--work-threads", "3", "--max-body-bytes", "5000",
     )
@@ -271,20 +249,20 @@ def test_the_flags_reach_the_app_and_batch_tokens_reach_the_engine(monkeypatch, 
     assert "warning" not in result.output  # loopback
 
 
-def test_the_served_model_name_flag_and_a_warning_for_an_open_public_port(monkeypatch, folder):
-    result, app = served_app(monkeypatch, stand_in_engine(), "--rubrics", str(folder), "--served-model-name", "judge-2",
+def test_the_served_model_name_flag_and_a_warning_for_an_open_public_port(monkeypatch, rubric_folder):
+    result, app = served_app(monkeypatch, stand_in_engine(), "--rubrics", str(rubric_folder), "--served-model-name", "judge-2",
                              "--host", "0.0.0.0")
     assert result.exit_code == 0, result.output
     assert app.state.service.model_name == "judge-2"
     assert "warning: serving on 0.0.0.0 without --api-key" in result.output
-    result, _ = served_app(monkeypatch, stand_in_engine(), "--rubrics", str(folder), "--host", "0.0.0.0", "--api-key", "k")
+    result, _ = served_app(monkeypatch, stand_in_engine(), "--rubrics", str(rubric_folder), "--host", "0.0.0.0", "--api-key", "k")
     assert "warning" not in result.output
 
 
-def test_the_server_is_configured_from_the_settings(folder):
+def test_the_server_is_configured_from_the_settings(rubric_folder):
     from decisionflow.serve.server import server_for
 
-    with running_app(stand_in_engine(), folder, ServeSettings(limit_concurrency=7, batching=Batching(token_budget=99))) as (app, _):
+    with running_app(stand_in_engine(), rubric_folder, ServeSettings(limit_concurrency=7, batching=Batching(token_budget=99))) as (app, _):
         config = server_for(app).config
         assert config.limit_concurrency == 7 and config.server_header is False and config.access_log is False
         assert app.state.service.engine.options.max_batch_tokens == 99

@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from serve_client import ROOT, TICKETS, Client, running_server
+from serve_client import ROOT, TICKETS, Client, running_server, stand_in_engine
 from typer.testing import CliRunner
 
 from decisionflow.cli import app as cli_app
@@ -95,11 +94,6 @@ def client(port):
     connection = Client(port)
     yield connection
     connection.close()
-
-
-def stand_in_engine():
-    """What the command reads of an engine when nothing reaches the model (see test_serve_limits)."""
-    return SimpleNamespace(loaded=SimpleNamespace(name="stand-in"), options=SimpleNamespace(pin_first=None))
 
 
 def invoke_serve(monkeypatch, engine, *args: str):

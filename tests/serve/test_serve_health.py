@@ -11,20 +11,9 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from serve_client import Client, rubric_folder, running_app  # noqa: F401 - fixtures
+from serve_client import Client, metric, rubric_folder, running_app, stand_in_engine  # noqa: F401 - fixtures
 
-from decisionflow.runtime.engine import EngineOptions
 from decisionflow.serve import Batching, Limits, ServeSettings, create_app
-
-
-def stand_in_engine() -> SimpleNamespace:
-    """What the app reads of an engine when no input reaches the model."""
-    return SimpleNamespace(loaded=SimpleNamespace(name="stand-in"), options=EngineOptions())
-
-
-def metric(client: Client, prefix: str) -> float:
-    lines = [line for line in client.get("/metrics").body.splitlines() if line.startswith(prefix)]
-    return sum(float(line.split()[-1]) for line in lines)
 
 
 def on_loop(app, call) -> None:

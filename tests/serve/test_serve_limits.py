@@ -6,10 +6,9 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from serve_client import ROOT, Client, running_server
+from serve_client import ROOT, Client, metric, running_server, stand_in_engine
 from typer.testing import CliRunner
 
 from decisionflow.cli import app as cli_app
@@ -24,22 +23,12 @@ runner = CliRunner()
 MODEL_NAME = "bundled:SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def stand_in_engine() -> SimpleNamespace:
-    """What `create_app` and the routes read of an engine before any input is admitted."""
-    return SimpleNamespace(loaded=SimpleNamespace(name=MODEL_NAME), options=SimpleNamespace(pin_first=None))
-
-
 @pytest.fixture
 def sentiment_only(tmp_path) -> Path:
     folder = tmp_path / "rubrics"
     folder.mkdir()
     shutil.copy(ROOT / "workflows" / "sentiment.yaml", folder / "sentiment.yaml")
     return folder
-
-
-def metric(client: Client, name: str) -> float:
-    lines = [line for line in client.get("/metrics").body.splitlines() if line.startswith(name)]
-    return sum(float(line.split()[-1]) for line in lines)
 
 
 # -- a texts request larger than the queue ---------------------------------------------------------------
@@ -59,7 +48,7 @@ def test_serve_refuses_a_queue_smaller_than_a_texts_request_before_loading_the_m
 
 def test_a_texts_request_the_queue_could_never_hold_is_refused_for_good_not_503(sentiment_only):
     settings = ServeSettings(limits=Limits(max_queue=2))  # from Python, max_texts stays 64
-    with running_server(stand_in_engine(), sentiment_only, settings) as port:
+    with running_server(stand_in_engine(MODEL_NAME), sentiment_only, settings) as port:
         client = Client(port)
         reply = client.post("/v1/rubrics/sentiment/decide", {"texts": ["a good film", "a bad film", "c"]})
         assert reply.status == 400, reply.body
@@ -78,7 +67,7 @@ def test_a_full_queue_counts_every_refused_input_and_says_how_many_wait(sentimen
     waiting = {"n": 2}
     monkeypatch.setattr(MicroBatcher, "depth", property(lambda self: waiting["n"]))
     settings = ServeSettings(limits=Limits(max_queue=4, max_texts=4))
-    with running_server(stand_in_engine(), sentiment_only, settings) as port:
+    with running_server(stand_in_engine(MODEL_NAME), sentiment_only, settings) as port:
         client = Client(port)
         reply = client.post("/v1/rubrics/sentiment/decide", {"texts": ["a", "b", "c"]})
         assert reply.status == 503 and reply.headers["retry-after"] == "1", reply.body
@@ -214,7 +203,7 @@ def ready_line(monkeypatch, *args: str) -> str:
         on_started()
         sock.close()
 
-    monkeypatch.setattr("decisionflow.cli.serve.load_engine", lambda *a, **k: stand_in_engine())
+    monkeypatch.setattr("decisionflow.cli.serve.load_engine", lambda *a, **k: stand_in_engine(MODEL_NAME))
     monkeypatch.setattr("decisionflow.serve.server.serve", serve)
     result = runner.invoke(cli_app, ["serve", "--port", "0", *args])
     assert result.exit_code == 0, result.output

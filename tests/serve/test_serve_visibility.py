@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from serve_client import Client, rubric_folder, running_app  # noqa: F401 - fixtures
+from serve_client import Client, metric, rubric_folder, running_app  # noqa: F401 - fixtures
 
 from decisionflow.serve import Batching, Limits, ServeSettings
 from decisionflow.serve import app as app_module
@@ -78,11 +78,6 @@ def client(served):
     connection = Client(served[1])
     yield connection
     connection.close()
-
-
-def metric(client: Client, prefix: str) -> float:
-    lines = [line for line in client.get("/metrics").body.splitlines() if line.startswith(prefix)]
-    return sum(float(line.split()[-1]) for line in lines)
 
 
 # -- request ids -------------------------------------------------------------------------------------------------
