@@ -78,7 +78,7 @@ def serve_command(
     max_texts: Annotated[int, typer.Option(min=1, help="Inputs per rubric request with `texts`.")] = LIMITS.max_texts,
     new_question_sets_per_minute: Annotated[float, typer.Option(
         min=0, help="New /v1/systemone question sets each client (API key; all clients without keys) may have "
-                    "prepared per minute; beyond it 429. Sets already prepared are never limited.")] = LIMITS.new_question_sets_per_minute,
+                    "prepared per minute; beyond it 429. Sets the engine still holds prepared are never limited.")] = LIMITS.new_question_sets_per_minute,
     new_question_set_burst: Annotated[int, typer.Option(
         min=1, help="New question sets a client may have prepared at once.")] = LIMITS.new_question_set_burst,
     max_question_set_head_tokens: Annotated[int, typer.Option(

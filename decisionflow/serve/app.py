@@ -191,10 +191,9 @@ class DecisionService:
         if question_set.rubric not in self.engine.prepared:
             self._prepare_question_set(question_set, client)
         self.question_sets.add(key, question_set)
+        # A set the engine holds passed `_within_limits`, so its prompt fits: only the state can be too long.
         try:
             return parsed, question_set, _admission(self.engine, question_set.rubric, parsed.state)
-        except _RubricTooLong as error:
-            raise Located(error.error, "questions") from None
         except InputError as error:
             raise Located(error, "state") from None
 

@@ -148,9 +148,10 @@ class MicroBatcher:
             raise Unavailable("the server is shutting down")
         if self._dispatcher is not None and not self.alive:
             raise Unavailable("the server cannot decide inputs now (its dispatcher or model thread stopped)")
-        if self.depth + inputs > self.max_queue:
+        waiting = self.depth
+        if waiting + inputs > self.max_queue:
             self.metrics.rejected.labels(reason="queue_full").inc(inputs)  # inputs, not requests
-            raise at_capacity(self.depth)
+            raise at_capacity(waiting)
 
     async def decide(
         self, group: Hashable, target: Any, payload: Any, *, cost: int, calibration: Any = None, heads: Any = None,

@@ -15,7 +15,7 @@ import json
 from typing import Any, AsyncIterator
 
 from ..errors import DataError
-from ..spec.text import first_lone_surrogate
+from ..spec.text import code_point, first_lone_surrogate
 from .refusals import HttpRefusal, Located, field_path
 
 MAX_INTEGER_DIGITS = 4300
@@ -115,7 +115,7 @@ def parse_json(body: bytes) -> Any:
 def lone_surrogate(text: str) -> str | None:
     """`U+D800` for the first lone surrogate in `text` (a `\\ud800` escape with no pair: not Unicode text), else None."""
     index = first_lone_surrogate(text)
-    return None if index is None else f"U+{ord(text[index]):04X}"
+    return None if index is None else code_point(text[index])
 
 
 def first_repeated_key(value: Any, *path: str | int) -> tuple[str, str] | None:

@@ -6,8 +6,8 @@ and its content-free prior is read. Changing one character of an instruction mak
 without a budget one client could keep the model busy preparing and push every served rubric out of
 the caches. Each client (each API key; every client together when the server has no keys) has a
 token bucket: `burst` preparations at once, refilled at `per_minute`. A request that would prepare a
-set beyond it is answered 429 with `Retry-After`, before anything is built, compiled or cached.
-Requests for sets already prepared are never charged.
+set beyond it is answered 429 with `Retry-After`, before the set is compiled, prefilled or cached.
+Requests for sets the engine still holds prepared are never charged.
 """
 
 from __future__ import annotations
