@@ -111,8 +111,8 @@ def fit_command(
     out = Console()
     out.print(fit_table(result))
     for name, info in result.fields.items():
-        # A field cross-validated (it has a C) and kept zero-shot says why here; one too short to fit was warned about.
-        if info.readout != "fitted" and info.regularisation and info.note:
+        # A field cross-validated and kept zero-shot says why here; one too short to fit was warned about.
+        if info.readout != "fitted" and "fitted" in info.candidates and info.note:
             say(out, f"{name} keeps the zero-shot readout: {info.note}")
     fitted = result.heads.fitted_fields
     say(out, f"{len(fitted)} of {len(result.fields)} labelled fields answer with a fitted head"

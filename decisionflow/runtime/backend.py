@@ -12,7 +12,7 @@ request keeps join its context). A token never sees another request's keys, so t
 is computed block by block: its cost grows with the sum of the requests' squared sizes, not with the
 square of the whole pass. Three attention paths serve a pass:
 
-- `blockwise` (torch on the CPU): request by request, the prefix and the local part merged by their
+- `blockwise` (torch off CUDA): request by request, the prefix and the local part merged by their
   log-sum-exps (`branch_attention`), with an additive mask built on the host from the tree.
 - `sdpa` (torch on CUDA): every request of the pass as one padded batch of
   `scaled_dot_product_attention`, its keys the prefix, the request's context and its own tokens, its

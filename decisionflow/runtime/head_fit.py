@@ -69,6 +69,7 @@ class Example:
     """One labelled row: its input and its gold label per labelled field (as the field's labels)."""
 
     index: int
+    """The number the row is named by in messages (the command line's data row; else its position)."""
     text: Any
     labels: dict[str, str]
 
@@ -90,7 +91,7 @@ class FitResult:
     rows: int
     """Rows read (labelled for at least one field)."""
     failed: dict[int, str]
-    """Row index -> why the engine could not read it (too long, empty...)."""
+    """`Example.index` -> why the engine could not read that row (too long, empty...)."""
     skipped: int = 0
     """Labels outside a field's answers skipped (with `unknown_labels="skip"`)."""
     timings_s: dict[str, float] = field(default_factory=dict)

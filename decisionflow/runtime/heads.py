@@ -78,11 +78,6 @@ class FieldHeadInfo(BaseModel):
     regularisation: tuple[float, ...] = ()
     """The inverse regularisation strengths C whose regressions the head averages (empty where no head
     was cross-validated; one C in heads fitted before the path was averaged)."""
-
-    @field_validator("regularisation", mode="before")
-    @classmethod
-    def _one_strength(cls, value: Any) -> Any:
-        return () if value is None else (value,) if isinstance(value, (int, float)) else value
     temperature: float = 1.0
     """The averaged path's scores are divided by it (fitted on the out-of-fold scores by log-loss; the
     stored weights already include it): it sets the head's confidence, never its answer."""
@@ -90,6 +85,11 @@ class FieldHeadInfo(BaseModel):
     candidates: dict[str, Candidate] = {}
     note: str = ""
     """Why the field kept the zero-shot readout, when it did."""
+
+    @field_validator("regularisation", mode="before")
+    @classmethod
+    def _one_strength(cls, value: Any) -> Any:
+        return () if value is None else (value,) if isinstance(value, (int, float)) else value
 
 
 class HeadsMetadata(BaseModel):

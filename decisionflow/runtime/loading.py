@@ -132,17 +132,17 @@ def resolve_dtype(dtype: str, device: Any) -> Any:
     docs/benchmarks.md.)"""
     import torch
 
-    if dtype == "auto" and os.environ.get(DTYPE_ENV, "").strip():
+    from_environment = dtype == "auto" and bool(os.environ.get(DTYPE_ENV, "").strip())
+    if from_environment:
         dtype = os.environ[DTYPE_ENV].strip()
-        if dtype.lower() not in DTYPES:
-            raise ModelError(f"{DTYPE_ENV}={os.environ[DTYPE_ENV]!r} is not a number format; use float32, bfloat16 or float16")
     if dtype == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.bfloat16 if device.type == "cpu" and cpu_multiplies_bfloat16() else torch.float32
     name = DTYPES.get(str(dtype).lower())
     if name is None:
-        raise ModelError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+        raise ModelError(f"{DTYPE_ENV}={os.environ[DTYPE_ENV]!r} is not a number format; use float32, bfloat16 or float16"
+                         if from_environment else f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
     return getattr(torch, name)
 
 
