@@ -133,12 +133,14 @@ def study_layers(train: dict, dev: dict) -> list[dict]:
     when fitted on every training row at C = 0.01."""
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
+    from decisionflow.runtime.head_fit import MAX_FOLDS
+
     configs = [((-1,), False), ((-1, -4), False), ((-1, -8), False), ((-4, -8), False), ((-1, -4, -8), False),
                ((-1, -4, -8, -12), False), ((-1, -8), True)]
     out = []
     for layers, mean in configs:
         x_train = features_of(train, layers, mean=mean, zero_shot=True)
-        cv = StratifiedKFold(n_splits=5, shuffle=True, random_state=0)
+        cv = StratifiedKFold(n_splits=MAX_FOLDS, shuffle=True, random_state=0)
         best = max(
             float((cross_val_predict(_model(c), x_train.double().numpy(), train["gold"].numpy(), cv=cv)
                    == train["gold"].numpy()).mean())
