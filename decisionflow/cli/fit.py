@@ -69,8 +69,9 @@ def fit_command(
     ] = None,
     significance: Annotated[
         float, typer.Option("--significance", min=0.0, max=1.0, metavar="P",
-                            help="Keep a head only where it is right on more rows than zero-shot across folds and "
-                                 "McNemar's exact p of the difference is below P (1: any win).")
+                            help="Keep a head only where it is right on more rows than zero-shot across folds (a score "
+                                 "field: nearer the gold level on average) and the paired test's p (McNemar's; "
+                                 "a score's errors: Wilcoxon's) is below P (1: any win).")
     ] = 0.05,
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit report as JSON instead of a table.")] = False,
     model: ModelOption = None,
@@ -80,7 +81,7 @@ def fit_command(
     threads: ThreadsOption = None,
 ) -> None:
     """Fit a head per labelled field on the model's hidden states, keep it where it beats the zero-shot
-    readout in cross-validation (McNemar p below --significance), and save the heads beside the rubric (`run`, `eval` and `serve` apply them)."""
+    readout in cross-validation (McNemar p, a score's errors Wilcoxon p, below --significance), and save the heads beside the rubric (`run`, `eval` and `serve` apply them)."""
     from ..runtime.head_fit import fit_examples
     from ..runtime.heads import Heads
 
@@ -112,7 +113,7 @@ def fit_command(
     out.print(fit_table(result))
     for name, info in result.fields.items():
         # A field cross-validated and kept zero-shot says why here; one too short to fit was warned about.
-        if info.readout != "fitted" and "fitted" in info.candidates and info.note:
+        if info.readout != "fitted" and len(info.candidates) > 1 and info.note:
             say(out, f"{name} keeps the zero-shot readout: {info.note}")
     fitted = result.heads.fitted_fields
     say(out, f"{len(fitted)} of {len(result.fields)} labelled fields answer with a fitted head"
@@ -125,17 +126,22 @@ def fit_command(
 
 def fit_table(result: Any) -> Table:
     """One row per (field, readout): its cross-validated accuracy with its 95 % interval, and which won."""
+    scores = any(figure.mean_absolute_error is not None for info in result.fields.values()
+                 for figure in info.candidates.values())
+    columns = ["field", "readout", "accuracy", "95 % interval", "p vs zero-shot"]
+    columns += ["MAE"] if scores else []  # a score field's mean absolute error, in levels
     table = Table(title="cross-validated accuracy on the fitting rows", title_justify="left")
-    for column in ("field", "readout", "accuracy", "95 % interval", "p vs zero-shot", "rows", "kept"):
-        table.add_column(column, justify="right" if column in ("accuracy", "95 % interval", "p vs zero-shot", "rows") else "left")
+    for column in (*columns, "rows", "kept"):
+        table.add_column(column, justify="left" if column in ("field", "readout", "kept") else "right")
     for name, info in result.fields.items():
         if not info.candidates:
-            table.add_row(name, "-", "-", "-", "-", "0", "zero_shot")
+            table.add_row(name, "-", "-", "-", "-", *(["-"] if scores else []), "0", "zero_shot")
         for readout, figure in info.candidates.items():
+            error = [] if not scores else ["" if figure.mean_absolute_error is None else f"{figure.mean_absolute_error:.3f}"]
             table.add_row(
                 name, readout, f"{figure.accuracy:.3f}", f"{figure.low:.3f}-{figure.high:.3f}",
-                "" if figure.p_vs_zero_shot is None else f"{figure.p_vs_zero_shot:.3g}", str(figure.rows),
-                "yes" if readout == info.readout else "",
+                "" if figure.p_vs_zero_shot is None else f"{figure.p_vs_zero_shot:.3g}", *error, str(figure.rows),
+                "yes" if readout == info.chosen else "",
             )
     return table
 

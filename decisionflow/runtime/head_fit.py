@@ -9,13 +9,19 @@ linear head, and compares the readouts on the rows' out-of-fold answers (stratif
 on the same rows):
 
 - `zero_shot`: the engine's readout (its correction applied), which needs no fitting;
-- `fitted`: the head, reading the hidden states and the zero-shot log-probabilities.
+- `fitted`: the head, reading the hidden states and the zero-shot log-probabilities;
+- `ordinal` (score fields): the level regressed on the same features (ridge, averaged over a path of
+  penalties), read as a normal distribution over the levels, whose width is fitted on the out-of-fold
+  predictions. It is also a linear head, applied the same way.
 
 The field keeps the head only when it is right on more rows across folds than zero-shot and McNemar's
-exact p of that difference is below `significance` (0.05; 1 keeps any win); otherwise zero-shot. Each
-candidate's figure comes with its 95 % Wilson interval and McNemar's exact p against zero-shot on
-the same rows. A field with fewer than `min_rows_per_label` rows for some answer keeps zero-shot,
-and the result's warnings say how many more rows it needs.
+exact p of that difference is below `significance` (0.05; 1 keeps any win); otherwise zero-shot. A
+score field ranks its readouts by mean absolute error instead (then accuracy), with Wilcoxon's
+signed-rank test on the paired errors. Each candidate's figure comes with its 95 % Wilson interval
+and its p against zero-shot on the same rows. A field with fewer than `min_rows_per_label` rows for
+some answer gets no multinomial head (a score field still gets an ordinal one from `MIN_ORDINAL_ROWS`
+rows over two levels); a field with no head to try keeps zero-shot, and the result's warnings say
+how many more rows it needs.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import torch
 from ..errors import DataError, DecisionflowError, Unavailable
 from ..spec.declare import rubric_of
 from ..spec.gold import gold_label
+from ..spec.kinds import FieldKind
 from ..spec.rubric import Rubric
 from .head_store import library_version
 from .heads import (
@@ -51,8 +58,9 @@ MIN_ROWS_PER_LABEL = 2
 """Fewer labelled rows than this for some answer of a field, and the field keeps zero-shot."""
 MAX_FOLDS = 5
 SIGNIFICANCE = 0.05
-"""A head replaces the zero-shot readout only when it is right on more rows across folds and McNemar's
-exact test puts the difference below this p: a win of a row or two is noise, not evidence."""
+"""A head replaces the zero-shot readout only when it is right on more rows across folds (a score: nearer
+the gold level on average) and McNemar's exact test (a score: Wilcoxon's signed-rank test on the paired
+errors) puts the difference below this p: a win of a row or two is noise, not evidence."""
 REGULARISATION_GRID = (0.001, 0.003, 0.01, 0.03, 0.1)
 """The inverse regularisation strengths C of the path whose heads are averaged (features are
 standardised; on the development sets the best single C was 0.001-0.1: docs/fitting.md)."""
@@ -61,6 +69,12 @@ TOLERANCE = 1e-4
 optimum, where the answers depend on the optimiser's path: two fits on features differing only in
 rounding disagreed on 3.9 % of CLINC150's dev rows, against 1.2 % converged (docs/fitting.md)."""
 MAX_ITERATIONS = 1000
+ORDINAL_PENALTIES = (10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
+"""The ridge penalties whose regressions a score field's ordinal head averages (standardised features;
+docs/fitting.md, "Score fields")."""
+MIN_ORDINAL_ROWS = 10
+"""A score field's ordinal head needs this many labelled rows, over at least two levels (no row is
+needed at every level: a level is a point on a line, not a class of its own)."""
 Progress = Callable[[int, int], None]
 
 
@@ -303,27 +317,34 @@ def fit_field(
     min_rows_per_label: int, regularisation: Sequence[float], folds: int, seed: int,
     significance: float = SIGNIFICANCE,
 ) -> tuple[FieldHeadInfo, FieldHead | None, str]:
-    """One field's fit: its info (candidates, choice), its head when fitted wins, and a warning line."""
-    labels = rubric.fields[name].labels
+    """One field's fit: its info (candidates, choice), its head when a fitted one wins, and a warning line.
+
+    A score field cross-validates an ordinal head beside the multinomial one (and alone, where some
+    level lacks rows for the multinomial one), and its readouts are ranked by their distance to the
+    gold level: the smaller mean absolute error wins (ties: the higher accuracy), and a head replaces
+    zero-shot only where Wilcoxon's signed-rank test on the paired errors is significant. An answer
+    four levels off is worse than one level off; exact agreement alone cannot see that (with 30 rows
+    it kept zero-shot 3.4 levels off against a head 1 level off: docs/fitting.md)."""
+    spec = rubric.fields[name]
+    labels = spec.labels
+    levels = [int(label) for label in labels] if spec.kind is FieldKind.SCORE else None
     counts = {label: 0 for label in labels}
     for index in data.gold:
         counts[labels[index]] += 1
     base = dict(labels=tuple(labels), layers=layers, zero_shot_features=zero_shot_features, rows=len(data.gold),
                 rows_per_label=counts)
     zero_shot_right = [a == g for a, g in zip(data.zero_shot_answer, data.gold)]
-    candidates = {"zero_shot": _candidate(zero_shot_right)} if data.gold else {}
+    candidates = {"zero_shot": _candidate(zero_shot_right, errors=_errors(levels, data.zero_shot_answer, data.gold))
+                  } if data.gold else {}
     short = {label: n for label, n in counts.items() if n < min_rows_per_label}
-    if short:
-        needed = sum(min_rows_per_label - n for n in short.values())
-        worst = ", ".join(f"{label} ({n})" for label, n in list(short.items())[:5])
-        more = f" and {len(short) - 5} more" if len(short) > 5 else ""
-        note = (f"{len(short)} of {len(labels)} answers have fewer than {min_rows_per_label} labelled rows: "
-                f"{worst}{more}; {needed} more rows would let a head be fitted")
+    ordinal = levels is not None and _ordinal_fits(counts)
+    if short and not ordinal:
+        note = _too_few_rows(labels, counts, short, min_rows_per_label, score=levels is not None)
         return (FieldHeadInfo(readout="zero_shot", candidates=candidates, note=note, **base), None,
                 f"warning: field {name!r} keeps the zero-shot readout: {note}")
     try:
         import numpy as np
-        from sklearn.model_selection import StratifiedKFold
+        from sklearn.model_selection import KFold, StratifiedKFold
         from threadpoolctl import threadpool_limits
     except ImportError as error:
         raise Unavailable(f"fitting heads needs scikit-learn ({error.name} is missing): pip install scikit-learn") from None
@@ -332,34 +353,95 @@ def fit_field(
         x = torch.cat([x, torch.stack(data.zero_shot)], dim=1)
     features = x.float().numpy()
     gold = np.asarray(data.gold)
-    splits = max(2, min(folds, min(counts.values())))
-    cv = StratifiedKFold(n_splits=splits, shuffle=True, random_state=seed)
+    if short:  # an ordinal head alone: some level has too few rows to stratify on
+        splits = min(folds, len(gold))
+        cv: Any = KFold(n_splits=splits, shuffle=True, random_state=seed)
+    else:
+        splits = max(2, min(folds, min(counts.values())))
+        cv = StratifiedKFold(n_splits=splits, shuffle=True, random_state=seed)
+    folded = list(cv.split(features, gold))
+    tried: dict[str, Any] = {}
     # One BLAS thread: these products are small, and two threads made the fits three times slower
     # (15.4 s against 5.1 s for BANKING77's 1,540 rows on two cores).
     with warnings.catch_warnings(), threadpool_limits(1):
         # Folds with one row of some answer, or a fold stopped at max_iter, are expected with few rows:
         # the cross-validated figure is the evidence, not the optimiser's warnings.
         warnings.simplefilter("ignore")
-        held_out = np.full((len(gold), len(labels)), -np.inf)
-        for train, test in cv.split(features, gold):
-            path = _fit_path(features[train], gold[train], regularisation)
-            held_out[np.ix_(test, path.classes)] = path.scores(features[test])
-        right = (held_out.argmax(axis=1) == gold).tolist()
-        fitted = candidates["fitted"] = _candidate(right, zero_shot_right)
-        # `significance` 1 keeps any win: McNemar's p of a narrow win can be exactly 1.
-        wins = sum(right) > sum(zero_shot_right) and (significance >= 1 or fitted.p_vs_zero_shot < significance)
-        final = _fit_path(features, gold, regularisation) if wins else None
-        temperature = _temperature(held_out, gold) if wins else 1.0
-    chosen = "fitted" if wins else "zero_shot"
+        if not short:
+            held_out = np.full((len(gold), len(labels)), -np.inf)
+            for train, test in folded:
+                path = _fit_path(features[train], gold[train], regularisation)
+                held_out[np.ix_(test, path.classes)] = path.scores(features[test])
+            tried["fitted"] = held_out
+        if ordinal:
+            values = np.asarray(levels, dtype=float)
+            predicted = np.zeros(len(gold))
+            for train, test in folded:
+                predicted[test] = _fit_ordinal(features[train], values[gold[train]]).predict(features[test])
+            tried["ordinal"] = predicted
+        zero_shot_errors = _errors(levels, data.zero_shot_answer, data.gold)
+        for readout, held in tried.items():
+            answers = (held.argmax(axis=1) if readout == "fitted"
+                       else np.abs(held[:, None] - values[None, :]).argmin(axis=1))
+            candidates[readout] = _candidate((answers == gold).tolist(), zero_shot_right,
+                                             errors=_errors(levels, answers.tolist(), data.gold),
+                                             zero_shot_errors=zero_shot_errors)
+        best = min(tried, key=lambda readout: _rank(candidates[readout], score=levels is not None))
+        chosen_figure, zero_shot_figure = candidates[best], candidates["zero_shot"]
+        better = _rank(chosen_figure, score=levels is not None) < _rank(zero_shot_figure, score=levels is not None)
+        # `significance` 1 keeps any win: the p of a narrow win can be exactly 1.
+        wins = better and (significance >= 1 or chosen_figure.p_vs_zero_shot < significance)
+        head, spread, temperature = None, None, 1.0
+        if wins and best == "fitted":
+            temperature = _temperature(tried["fitted"], gold)
+            head = _fit_path(features, gold, regularisation).head(temperature)
+        elif wins:
+            spread = _spread(tried["ordinal"], gold, values)
+            head = _fit_ordinal(features, values[gold]).head(values, spread)
+    test = "Wilcoxon" if levels is not None else "McNemar"
     note = "" if wins else (
-        "the zero-shot readout was at least as accurate across folds" if sum(right) <= sum(zero_shot_right)
-        else f"the head's gain across folds was not significant (McNemar p = {fitted.p_vs_zero_shot:.2g}, "
+        (f"the zero-shot readout was at least as {'near the gold level' if levels is not None else 'accurate'} "
+         "across folds") if not better
+        else f"the head's gain across folds was not significant ({test} p = {chosen_figure.p_vs_zero_shot:.2g}, "
              f"needs < {significance})")
-    info = FieldHeadInfo(readout=chosen, regularisation=tuple(regularisation), temperature=temperature, folds=splits,
-                         candidates=candidates, **base, note=note)
-    if final is None:
-        return info, None, ""
-    return info, final.head(temperature), ""
+    info = FieldHeadInfo(
+        readout="fitted" if wins else "zero_shot", head="ordinal" if best == "ordinal" else "multinomial",
+        regularisation=tuple(regularisation) if "fitted" in tried else (),
+        penalties=ORDINAL_PENALTIES if ordinal else (), temperature=temperature, spread=spread, folds=splits,
+        candidates=candidates, **base, note=note)
+    return info, head, ""
+
+
+def _ordinal_fits(counts: Mapping[str, int]) -> bool:
+    """Enough rows for an ordinal head: MIN_ORDINAL_ROWS over at least two levels."""
+    return sum(counts.values()) >= MIN_ORDINAL_ROWS and sum(1 for n in counts.values() if n) >= 2
+
+
+def _too_few_rows(labels: Sequence[str], counts: Mapping[str, int], short: Mapping[str, int], minimum: int,
+                  *, score: bool) -> str:
+    if score:
+        rows, levels = sum(counts.values()), sum(1 for n in counts.values() if n)
+        return (f"{rows} labelled rows at {levels} of {len(labels)} levels; an ordinal head needs at least "
+                f"{MIN_ORDINAL_ROWS} rows over two levels or more")
+    needed = sum(minimum - n for n in short.values())
+    worst = ", ".join(f"{label} ({n})" for label, n in list(short.items())[:5])
+    more = f" and {len(short) - 5} more" if len(short) > 5 else ""
+    return (f"{len(short)} of {len(labels)} answers have fewer than {minimum} labelled rows: "
+            f"{worst}{more}; {needed} more rows would let a head be fitted")
+
+
+def _rank(figure: Candidate, *, score: bool) -> tuple[float, float]:
+    """Smaller is better: a score's mean absolute error then its accuracy; any other field's accuracy."""
+    if score:
+        return (figure.mean_absolute_error or 0.0, -figure.accuracy)
+    return (-figure.accuracy, 0.0)
+
+
+def _errors(levels: Sequence[int] | None, answers: Sequence[int], gold: Sequence[int]) -> list[int] | None:
+    """A score field's absolute error per row, in levels (None for other kinds)."""
+    if levels is None:
+        return None
+    return [abs(levels[a] - levels[g]) for a, g in zip(answers, gold)]
 
 
 @dataclass
@@ -427,16 +509,79 @@ def _fit_path(features: Any, gold: Any, regularisation: Sequence[float]) -> _Pat
     return _PathHead(scaler.mean_, scaler.scale_, weight / count, bias / count, regression.classes_)
 
 
-def _candidate(right: Sequence[bool], zero_shot_right: Sequence[bool] | None = None) -> Candidate:
-    from scipy.stats import binomtest
+@dataclass
+class _OrdinalHead:
+    """Ridge regressions of a score's level on standardised features, averaged over `ORDINAL_PENALTIES`."""
+
+    mean: Any
+    scale: Any
+    weight: Any  # [features]
+    bias: float
+
+    def predict(self, features: Any) -> Any:
+        return ((features - self.mean) / self.scale) @ self.weight + self.bias
+
+    def head(self, levels: Any, spread: float) -> FieldHead:
+        """As a linear head: a normal distribution of width `spread` around the predicted level, over the
+        levels, is a softmax of (level * predicted - level**2 / 2) / spread**2, linear in the features.
+        Levels are centred first so the quadratic term stays small in float32."""
+        centre = (float(levels.min()) + float(levels.max())) / 2
+        offsets = levels - centre
+        variance = spread * spread
+        weight = offsets[:, None] * self.weight[None, :] / variance
+        bias = (offsets * (self.bias - centre) - offsets * offsets / 2) / variance
+        return FieldHead(*(torch.tensor(a, dtype=torch.float32) for a in (weight, bias, self.mean, self.scale)))
+
+
+def _fit_ordinal(features: Any, values: Any) -> _OrdinalHead:
+    """The ordinal head's regression: one ridge regression of the level per penalty, averaged (as the
+    multinomial head averages its path)."""
+    from sklearn.linear_model import Ridge
+    from sklearn.preprocessing import StandardScaler
+
+    scaler = StandardScaler().fit(features)
+    standard = scaler.transform(features)
+    weight, bias = 0.0, 0.0
+    for penalty in ORDINAL_PENALTIES:
+        regression = Ridge(alpha=penalty).fit(standard, values)
+        weight, bias = weight + regression.coef_, bias + float(regression.intercept_)
+    count = len(ORDINAL_PENALTIES)
+    return _OrdinalHead(scaler.mean_, scaler.scale_, weight / count, bias / count)
+
+
+def _spread(predicted: Any, gold: Any, values: Any) -> float:
+    """The ordinal head's width in levels: the normal around each out-of-fold prediction, taken over the
+    levels, with the lowest log-loss of the rows' gold levels."""
+    import numpy as np
+    from scipy.optimize import minimize_scalar
+    from scipy.special import log_softmax
+
+    rows = np.arange(len(gold))
+    distance = (values[None, :] - predicted[:, None]) ** 2
+
+    def loss(log_spread: float) -> float:
+        return float(-log_softmax(-distance / (2 * math.exp(2 * log_spread)), axis=1)[rows, gold].mean())
+
+    return math.exp(minimize_scalar(loss, bounds=(-4.0, 6.0), method="bounded").x)
+
+
+def _candidate(right: Sequence[bool], zero_shot_right: Sequence[bool] | None = None, *,
+               errors: Sequence[int] | None = None, zero_shot_errors: Sequence[int] | None = None) -> Candidate:
+    """A readout's figure. Its p against zero-shot: McNemar's exact test on right and wrong, or for a
+    score field (`errors` given) Wilcoxon's signed-rank test on the paired absolute errors."""
+    from scipy.stats import binomtest, wilcoxon
 
     n, k = len(right), sum(right)
     interval = binomtest(k, n).proportion_ci(method="wilson") if n else None
     p = None
-    if zero_shot_right is not None:
+    if zero_shot_right is not None and errors is not None and zero_shot_errors is not None:
+        differences = [a - b for a, b in zip(errors, zero_shot_errors) if a != b]
+        p = float(wilcoxon(differences).pvalue) if differences else 1.0
+    elif zero_shot_right is not None:
         wins = sum(a and not b for a, b in zip(right, zero_shot_right))
         losses = sum(b and not a for a, b in zip(right, zero_shot_right))
         # McNemar's exact test, as `quality.metrics.mcnemar_exact` (a step this one may not import).
         p = binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
     return Candidate(accuracy=k / n if n else 0.0, low=interval.low if interval else 0.0,
-                     high=interval.high if interval else 0.0, rows=n, p_vs_zero_shot=p)
+                     high=interval.high if interval else 0.0, rows=n, p_vs_zero_shot=p,
+                     mean_absolute_error=sum(errors) / len(errors) if errors else None)

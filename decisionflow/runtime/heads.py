@@ -3,7 +3,8 @@
 At a field's answer position the model's last hidden state is what its LM head reads to score the
 next token. A fitted head reads the same position (and a lower layer) plus the field's zero-shot
 log-probabilities, and maps them to a distribution over the field's answers with a multinomial
-logistic regression learned from labelled rows (`head_fit`). It needs no extra pass and no extra
+logistic regression learned from labelled rows (`head_fit`), or for a score field possibly an ordinal
+head: the level regressed on the features, read as a normal over the levels, also a linear map. It needs no extra pass and no extra
 token: the features come out of the pass that reads the field anyway.
 
 A rubric's heads live in one file beside it, `triage.yaml` -> `triage.heads.safetensors`: per fitted
@@ -56,7 +57,10 @@ class Candidate(BaseModel):
     high: float
     rows: int
     p_vs_zero_shot: float | None = None
-    """McNemar's exact p of the paired difference with the zero-shot readout on the same rows."""
+    """The p of the paired difference with the zero-shot readout on the same rows: McNemar's exact test,
+    or for a score field Wilcoxon's signed-rank test on the absolute errors."""
+    mean_absolute_error: float | None = None
+    """A score field's mean distance between answer and gold level (None for other kinds)."""
 
 
 class FieldHeadInfo(BaseModel):
@@ -68,6 +72,9 @@ class FieldHeadInfo(BaseModel):
     """The field's answers when it was fitted, in the rubric's order (the head's output order)."""
     readout: str
     """`fitted` (the head answers) or `zero_shot` (the fit kept the engine's readout)."""
+    head: str = "multinomial"
+    """Which head was fitted, or would have been: `multinomial` (one class per answer) or `ordinal` (a
+    score field's level regressed on the features, read as a normal distribution over the levels)."""
     layers: tuple[int, ...] = DEFAULT_LAYERS
     zero_shot_features: bool = True
     rows: int = 0
@@ -81,10 +88,22 @@ class FieldHeadInfo(BaseModel):
     temperature: float = 1.0
     """The averaged path's scores are divided by it (fitted on the out-of-fold scores by log-loss; the
     stored weights already include it): it sets the head's confidence, never its answer."""
+    penalties: tuple[float, ...] = ()
+    """The ridge penalties an ordinal head's regressions average (empty where none was cross-validated)."""
+    spread: float | None = None
+    """An ordinal head's width, in levels: the standard deviation of its normal around the predicted
+    level (fitted on the out-of-fold predictions by log-loss; in the stored weights)."""
     folds: int | None = None
     candidates: dict[str, Candidate] = {}
     note: str = ""
     """Why the field kept the zero-shot readout, when it did."""
+
+    @property
+    def chosen(self) -> str:
+        """The candidate that answers: `zero_shot`, `fitted` (multinomial) or `ordinal`."""
+        if self.readout != "fitted":
+            return self.readout
+        return "ordinal" if self.head == "ordinal" else "fitted"
 
     @field_validator("regularisation", mode="before")
     @classmethod
@@ -303,4 +322,5 @@ def readable_copy(path: Path) -> Path:
 
 def describe(info: FieldHeadInfo) -> dict[str, Any]:
     """A field's fit in one JSON-able dict (what `/v1/rubrics` and `fit --json` show)."""
-    return {"readout": info.readout, "rows": info.rows, "candidates": {k: v.model_dump() for k, v in info.candidates.items()}}
+    return {"readout": info.readout, "head": info.head if info.readout == "fitted" else None, "rows": info.rows,
+            "candidates": {k: v.model_dump() for k, v in info.candidates.items()}}

@@ -1,0 +1,132 @@
+"""A score field's fitted heads on the bundled real model: the ordinal head beside the multinomial one.
+
+The rows are movie-review snippets with their human sentiment rating as a level 0..8
+(tests/fixtures/vader_movies_sample.csv). The first 48 have no row at levels 0 and 8, so the `score`
+field (0..8) can only get the ordinal head; the `level` field (1..7) is labelled on all 60, which
+have two rows or more at every one of its levels, so both heads are cross-validated there.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+import pytest
+import torch
+from suite_support import FIXTURES
+
+from decisionflow.runtime.engine import Engine
+from decisionflow.runtime.head_fit import MIN_ORDINAL_ROWS, ORDINAL_PENALTIES, FitResult, _fit_ordinal
+from decisionflow.runtime.heads import Heads
+from decisionflow.spec.rubric import Rubric
+
+pytestmark = pytest.mark.model
+
+QUESTION = "How negative or positive the text is, {low} (extremely negative) to {high} (extremely positive)"
+RATED = Rubric.model_validate({
+    "name": "rated", "instructions": "Rate the sentiment of one short text.", "pin_first": False,
+    "fields": {
+        "score": {"kind": "score", "question": QUESTION.format(low=0, high=8), "min": 0, "max": 8},
+        "level": {"kind": "score", "question": QUESTION.format(low=1, high=7), "min": 1, "max": 7},
+    },
+})
+
+with (FIXTURES / "vader_movies_sample.csv").open(encoding="utf-8", newline="") as handle:
+    ROWS = list(csv.DictReader(handle))
+FITTING, HELD_OUT = 48, ROWS[48:]
+
+
+@pytest.fixture(scope="module")
+def fitted(engine: Engine) -> FitResult:
+    rows = [(row["text"], {"score": row["score"], "level": row["score"]} if index < FITTING else {"level": row["score"]})
+            for index, row in enumerate(ROWS)]
+    return engine.fit(RATED, rows)
+
+
+def test_a_score_field_without_rows_at_some_levels_gets_an_ordinal_head(fitted: FitResult):
+    info = fitted.fields["score"]
+    assert info.rows == FITTING and info.rows_per_label["0"] == 0 and info.rows_per_label["8"] == 0
+    # The multinomial head needs two rows at every level; the ordinal one does not.
+    assert set(info.candidates) == {"zero_shot", "ordinal"}
+    assert info.head == "ordinal" and info.penalties == ORDINAL_PENALTIES and info.regularisation == ()
+    ordinal, zero_shot = info.candidates["ordinal"], info.candidates["zero_shot"]
+    assert ordinal.rows == zero_shot.rows == FITTING
+    # A score's error is a distance: every candidate reports it, and the ordinal head's is smaller.
+    assert ordinal.mean_absolute_error is not None and zero_shot.mean_absolute_error is not None
+    assert ordinal.mean_absolute_error < zero_shot.mean_absolute_error, info.candidates
+    # Compared with zero-shot on the paired errors (Wilcoxon): zero-shot is levels off on these rows.
+    assert ordinal.p_vs_zero_shot < 1e-4, info.candidates
+    assert info.readout == "fitted" and info.chosen == "ordinal" and "score" in fitted.heads.heads
+    assert info.spread is not None and 0.1 < info.spread < 8, info.spread
+
+
+def test_with_rows_at_every_level_the_better_head_by_cross_validation_is_kept(fitted: FitResult):
+    info = fitted.fields["level"]
+    assert info.rows == len(ROWS) and min(info.rows_per_label.values()) >= 2
+    assert set(info.candidates) == {"zero_shot", "fitted", "ordinal"}
+    figures = {name: info.candidates[name] for name in ("fitted", "ordinal")}
+    # Ranked by distance to the gold level, then by accuracy.
+    better = min(figures, key=lambda name: (figures[name].mean_absolute_error, -figures[name].accuracy))
+    assert info.head == ("ordinal" if better == "ordinal" else "multinomial")
+    zero_shot = info.candidates["zero_shot"]
+    wins = figures[better].mean_absolute_error < zero_shot.mean_absolute_error and figures[better].p_vs_zero_shot < 0.05
+    assert info.chosen == (better if wins else "zero_shot")
+    assert info.regularisation and info.penalties == ORDINAL_PENALTIES
+
+
+def test_an_ordinal_head_answers_in_the_engine_and_round_trips(engine: Engine, fitted: FitResult, tmp_path):
+    texts = [row["text"] for row in HELD_OUT]
+    results = engine.decide_many(RATED, texts, heads=fitted.heads)
+    for result in results:
+        field = result.fields["score"]
+        assert field.method == "fitted"
+        assert set(field.probabilities) == {str(level) for level in range(9)}
+        assert math.isclose(sum(field.probabilities.values()), 1.0, abs_tol=1e-6)
+        assert field.value == int(max(field.probabilities, key=field.probabilities.get))
+        assert field.zero_shot_probabilities and field.candidate_mass is not None
+        # A normal around one predicted level: probabilities fall off on both sides of the answer.
+        ordered = [field.probabilities[str(level)] for level in range(9)]
+        peak = ordered.index(max(ordered))
+        assert all(a <= b for a, b in zip(ordered[:peak], ordered[1:peak + 1]))
+        assert all(a >= b for a, b in zip(ordered[peak:], ordered[peak + 1:]))
+    # Held-out rows: nearer the raters' level than the zero-shot readout on average.
+    gold = [int(row["score"]) for row in HELD_OUT]
+    fitted_error = np.mean([abs(r.fields["score"].value - g) for r, g in zip(results, gold)])
+    zero_shot = engine.decide_many(RATED, texts)
+    zero_shot_error = np.mean([abs(r.fields["score"].value - g) for r, g in zip(zero_shot, gold)])
+    assert fitted_error < zero_shot_error, (fitted_error, zero_shot_error)
+    path = fitted.heads.save(tmp_path / "rated.heads.safetensors")
+    loaded = Heads.load(path)
+    assert loaded.metadata.fields["score"].head == "ordinal"
+    again = engine.decide_many(RATED, texts, heads=loaded)
+    for first, second in zip(results, again):
+        assert second.fields["score"].probabilities == pytest.approx(first.fields["score"].probabilities, abs=1e-6)
+
+
+def test_too_few_score_rows_keep_zero_shot_and_say_what_the_ordinal_head_needs(engine: Engine):
+    rows = [(row["text"], {"score": row["score"]}) for row in ROWS[:MIN_ORDINAL_ROWS - 2]]
+    result = engine.fit(RATED, rows)
+    info = result.fields["score"]
+    assert info.readout == "zero_shot" and set(info.candidates) == {"zero_shot"}
+    assert f"needs at least {MIN_ORDINAL_ROWS} rows over two levels" in info.note
+    [warning] = [w for w in result.warnings if "'score'" in w]
+    assert warning.startswith("warning: field 'score' keeps the zero-shot readout") and "8 labelled rows" in warning
+
+
+def test_the_ordinal_head_is_a_normal_over_the_levels_around_its_prediction():
+    generator = np.random.default_rng(0)
+    features = generator.normal(size=(200, 6)).astype(np.float32)
+    values = np.arange(0.0, 9.0)
+    target = np.clip(4 + 2 * features[:, 0] - features[:, 1], 0, 8)
+    regression = _fit_ordinal(features, target)
+    spread = 0.8
+    head = regression.head(values, spread)
+    predicted = regression.predict(features[:5])
+    for row, centre in zip(features[:5], predicted):
+        got = torch.softmax(head.weight @ ((torch.tensor(row) - head.mean) / head.scale) + head.bias, dim=0).double()
+        expected = torch.softmax(torch.tensor(-(values - centre) ** 2 / (2 * spread ** 2)), dim=0)
+        assert torch.allclose(got, expected, atol=1e-4)
+        assert int(got.argmax()) == int(np.abs(values - centre).argmin())
+    # The regression follows the target (a linear one here), so its predictions are close to it.
+    assert np.corrcoef(regression.predict(features), target)[0, 1] > 0.95
