@@ -11,22 +11,20 @@ runs only when its head, the answers and the longest scored dev row fit the mode
 it is skipped with the token counts. The readout is the engine's own (`Engine.decide_each` with the
 default debias: the content-free prior is read once per prompt, with the examples in its head).
 
-The engine is unchanged: the script swaps the `compile_rubric` the engine calls for one that adds the
-examples, and adds the examples' tag to the engine's prepared-rubric key so that every prompt gets its
-own head cache and its own content-free prior. Results go to stdout as Markdown and to --out as JSON.
+The examples are the rubric's own (`examples:`, as a user declares them), so every prompt gets its own
+head cache and its own content-free prior. McNemar's exact p compares in-context with zero-shot on
+the same dev rows. Results go to stdout as Markdown and to --out as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
 import sys
 import time
 from collections import Counter
 from pathlib import Path
-from types import MethodType
 
 import torch
 
@@ -54,29 +52,20 @@ def examples_for(
     return examples
 
 
-def in_context_engine(engine):
-    """Make `engine` compile rubrics with `engine.examples` in the head, keyed apart per example set."""
-    import decisionflow.runtime.prepared as prepared_module
+def with_examples(rubric, examples):
+    """The rubric with `examples` (input text, {field: label}) as its in-context examples."""
+    from decisionflow.spec.rubric import Rubric
 
-    plain_compile = prepared_module.compile_rubric
-    cache = engine.prepared
-    plain_key = cache.key
-
-    def compile_with_examples(*args, **kwargs):
-        return plain_compile(*args, examples=engine.examples, **kwargs)
-
-    def prepared_key(self, rubric):
-        return (*plain_key(rubric), engine.examples_tag)
-
-    prepared_module.compile_rubric = compile_with_examples
-    cache.key = MethodType(prepared_key, cache)
-    engine.examples, engine.examples_tag = (), ""
-    return engine
+    shown = [{"text": text, "answers": answers} for text, answers in examples]
+    return Rubric.model_validate({**rubric.model_dump(), "examples": shown})
 
 
-def use_examples(engine, examples) -> None:
-    engine.examples = list(examples)
-    engine.examples_tag = hashlib.sha256(json.dumps(examples, sort_keys=True).encode()).hexdigest()[:16]
+def mcnemar(right, baseline) -> float:
+    from scipy.stats import binomtest
+
+    wins = sum(a and not b for a, b in zip(right, baseline))
+    losses = sum(b and not a for a, b in zip(right, baseline))
+    return binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
 
 
 def score(engine, rubric, field: str, texts: list[str], gold: list[str]) -> dict:
@@ -88,7 +77,9 @@ def score(engine, rubric, field: str, texts: list[str], gold: list[str]) -> dict
     decided = [o for o in outcomes if hasattr(o, "fields")]
     first = decided[0].stats.timings_ms if decided else {}
     answered = [(o.fields[field], g) for o, g in zip(outcomes, gold) if hasattr(o, "fields")]
-    correct = sum(1 for f, g in answered if f.value is not None and label_of(f.value) == g)
+    right = [hasattr(o, "fields") and o.fields[field].value is not None and label_of(o.fields[field].value) == g
+             for o, g in zip(outcomes, gold)]
+    correct = sum(right)
     # The model's own distribution, before the debias (what `debias: none` would answer for this field).
     raw = [max(f.raw_probabilities, key=f.raw_probabilities.get) if f.raw_probabilities else None for f, _ in answered]
     predicted = Counter(label_of(f.value) for f, _ in answered if f.value is not None)
@@ -100,6 +91,7 @@ def score(engine, rubric, field: str, texts: list[str], gold: list[str]) -> dict
         "errors": len(outcomes) - len(decided),
         "seconds": seconds,
         "prepare_s": sum(v for key, v in first.items() if key.startswith(("compile", "head_", "prior_"))) / 1000,
+        "right": right,
     }
 
 
@@ -117,7 +109,7 @@ def main() -> None:
     from decisionflow.runtime.engine import Engine
     from decisionflow.spec import load_rubric
 
-    engine = in_context_engine(Engine.load(threads=1, persist_heads=False, debias=args.debias))
+    engine = Engine.load(threads=1, persist_heads=False, debias=args.debias)
     context = engine.backend.max_positions
     print(f"model context {context} positions; debias {engine.options.debias.value}; catalog {engine.options.catalog.value}",
           flush=True)
@@ -133,8 +125,8 @@ def main() -> None:
         texts, gold = [r["text"] for r in dev], [r[column] for r in dev]
 
         def compiled_with(examples, rubric=rubric):
-            return compile_rubric(engine.tokenizer, rubric, mode=engine.options.mode, view=engine.view,
-                                  catalog=engine.options.catalog, examples=examples)
+            return compile_rubric(engine.tokenizer, with_examples(rubric, examples), mode=engine.options.mode,
+                                  view=engine.view, catalog=engine.options.catalog)
 
         plain = compiled_with(())
         longest = max(len(plain.request_tokens(t)) for t in texts)
@@ -148,7 +140,6 @@ def main() -> None:
             zero = {"accuracy": float("nan"), "raw_accuracy": float("nan"), "top_share": 0.0, "top_label": None,
                     "errors": 0, "seconds": 0.0, "prepare_s": 0.0}
         else:
-            use_examples(engine, ())
             zero = score(engine, rubric, field, texts, gold)
         if not args.dry_run:
             print(f"  k=0: accuracy {zero['accuracy']:.3f} (raw {zero['raw_accuracy']:.3f}; most answered {zero['top_label']} "
@@ -171,12 +162,13 @@ def main() -> None:
                 if args.dry_run:
                     print(f"  k={k}: fits: head {len(compiled.head_tokens)} tokens ({extra} of examples), needs {need}")
                     break
-                use_examples(engine, examples)
-                got = score(engine, rubric, field, texts, gold)
+                got = score(engine, with_examples(rubric, examples), field, texts, gold)
+                got["p_vs_zero_shot"] = mcnemar(got["right"], zero["right"])
                 engine.prepared.clear()
                 print(f"  k={k} order {order_seed}: {len(examples)} examples, {extra} tokens: accuracy {got['accuracy']:.3f}"
                       f" (raw {got['raw_accuracy']:.3f}; most answered {got['top_label']} {got['top_share']:.0%}; "
-                      f"{got['errors']} errors) in {got['seconds']:.0f} s (prepare {got['prepare_s']:.0f} s)", flush=True)
+                      f"{got['errors']} errors; McNemar p vs zero-shot {got['p_vs_zero_shot']:.2g}) in {got['seconds']:.0f} s "
+                      f"(prepare {got['prepare_s']:.0f} s)", flush=True)
                 row = {"set": name, "k": k, "order_seed": order_seed, "head_tokens": len(compiled.head_tokens),
                        "example_tokens": extra, "dev_rows": len(texts), "zero_shot": zero["accuracy"],
                        "zero_shot_raw": zero["raw_accuracy"], "zero_shot_top_share": zero["top_share"], **got}
@@ -193,6 +185,8 @@ def main() -> None:
     for row in skipped:
         print(f"| {row['set']} | {row['k']} | skipped: {row['reason']} |")
     if args.out:
+        for row in results:
+            row.pop("right", None)
         args.out.write_text(json.dumps({"results": results, "skipped": skipped}, indent=2) + "\n")
 
 

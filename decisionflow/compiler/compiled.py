@@ -72,11 +72,14 @@ answer text verbatim or a mapping of field to answer (written by `example_answer
 
 def compile_rubric(
     tokenizer: Any, rubric: Rubric, *, mode: ReadMode = ReadMode.BRANCH, view: TokenizerView | None = None,
-    catalog: Catalog = Catalog.FULL, examples: Sequence[Example] = (),
+    catalog: Catalog = Catalog.FULL, examples: Sequence[Example] | None = None,
 ) -> CompiledRubric:
     """Compile `rubric` for `tokenizer`. `examples`: in-context examples written into the head as
-    earlier (user, assistant) turns, in order (see `prompt.render_prompt`); none by default."""
+    earlier (user, assistant) turns, in order (see `prompt.render_prompt`); None: the rubric's own
+    (`Rubric.examples`, none unless it declares some)."""
     view = view or TokenizerView(tokenizer)
+    if examples is None:
+        examples = [(example.text, example.answers) for example in rubric.examples]
 
     def shown(layout: Layout) -> list[tuple[str, str]]:
         return [(render_input(text), answer if isinstance(answer, str) else example_answer(layout, rubric, answer))

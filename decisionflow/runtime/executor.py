@@ -126,7 +126,7 @@ def check_fits(compiled: CompiledRubric, input_tokens: list[int], max_positions:
         raise InputError(
             f"this rubric's prompt ({len(compiled.head_tokens)} tokens) and answers need {fixed} positions "
             f"before any input, but the model's context holds {max_positions}: shorten the rubric "
-            "(fewer or shorter options and descriptions) or use a model with a longer context"
+            "(fewer or shorter options, descriptions or in-context examples) or use a model with a longer context"
         )
     if fixed + len(input_tokens) > max_positions:
         raise InputError(

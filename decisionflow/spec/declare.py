@@ -229,6 +229,7 @@ def decision(
     max_fields_per_pass: int | None = None,
     debias: str | None = None,
     catalog: str | None = None,
+    examples: typing.Sequence[typing.Any] = (),
 ) -> typing.Callable[[ModelT], ModelT]: ...
 def decision(
     cls: ModelT | None = None,
@@ -241,10 +242,13 @@ def decision(
     max_fields_per_pass: int | None = None,
     debias: str | None = None,
     catalog: str | None = None,
+    examples: typing.Sequence[typing.Any] = (),
 ) -> Any:
     """Mark a pydantic class as a decision; usable as `@decision` or `@decision(...)`.
 
     `name` defaults to the class name in snake_case, `instructions` to the class docstring.
+    `examples`: in-context examples written into the prompt before every input, each a pair
+    `(text, {field: answer})` or a mapping `{"text": ..., "answers": {...}}`.
     Raises `RubricError` naming the class and field when the declaration is not a valid rubric.
     """
 
@@ -258,6 +262,7 @@ def decision(
             max_fields_per_pass=max_fields_per_pass,
             debias=debias,
             catalog=catalog,
+            examples=examples,
         )
         setattr(model, _RUBRIC_ATTR, rubric)
         return model
@@ -355,7 +360,8 @@ def source_of(model: type) -> str:
     return f"{path}:{model.__qualname__}" if path else f"{model.__module__}.{model.__qualname__}"
 
 
-def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, max_fields_per_pass, debias=None, catalog=None) -> Rubric:
+def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, max_fields_per_pass, debias=None, catalog=None,
+                  examples=()) -> Rubric:
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise TypeError(f"@decision expects a pydantic BaseModel subclass, got {model!r}")
     source = source_of(model)
@@ -376,6 +382,7 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
         "debias": debias,
         "catalog": catalog,
         "fields": fields,
+        "examples": [_example_data(example) for example in examples],
     }
     try:
         rubric = Rubric.model_validate(data, context=DECLARATION)
@@ -390,6 +397,13 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
     if problems:
         raise RubricError(problems)
     return rubric
+
+
+def _example_data(example: Any) -> Any:
+    """A `(text, answers)` pair as the rubric's mapping; anything else is left for validation to name."""
+    if isinstance(example, tuple) and len(example) == 2:
+        return {"text": example[0], "answers": example[1]}
+    return example
 
 
 def _private_decisions(model: type[BaseModel]) -> list[tuple[str, str]]:

@@ -386,6 +386,27 @@ class FieldSpec(_Frozen):
         return tuple(deps)
 
 
+class InContextExample(_Frozen):
+    """A worked example written into the rubric's prompt before every input: an input text and the
+    answers the model should see given for it, as an earlier (user, assistant) turn. It belongs to the
+    cached head, so it costs a request only attention (docs/fitting.md measures when it helps)."""
+
+    text: StrictStr
+    answers: dict[StrictStr, StrictValue] = Field(min_length=1)
+    """Field name to answer, typed as the field's answers are (`billing`, `true`, `7`); a field left out
+    is not written."""
+
+    @field_validator("text")
+    @classmethod
+    def _readable_text(cls, text: str) -> str:
+        if not has_visible(text):
+            raise ValueError("an example's text is empty")
+        problem = text_problem(text, what="the example's text")
+        if problem:
+            raise ValueError(problem)
+        return text
+
+
 class Rubric(_Frozen):
     """A named, ordered set of decisions."""
 
@@ -401,6 +422,8 @@ class Rubric(_Frozen):
     """The readout correction for every field (None: the engine's default); a field may override it."""
     catalog: Catalog | None = None
     """The catalog strategy for every choice field (None: the engine's default); a field may override it."""
+    examples: tuple[InContextExample, ...] = ()
+    """In-context examples, written in order into the prompt's head as earlier turns (none by default)."""
 
     @field_validator("instructions")
     @classmethod
@@ -439,6 +462,8 @@ class Rubric(_Frozen):
             problems += self._reference_problems(key, spec, known)
             problems += self._orchestration_problems(key, spec)
             problems += self._answer_id_problems(key, spec)
+        for index, example in enumerate(self.examples):
+            problems += self._example_problems(index, example, known)
         cycle = find_cycle({k: s.dependencies for k, s in self.fields.items()})
         if cycle:
             problems.append(f"fields.{cycle[0]}: dependency cycle " + " -> ".join(cycle))
@@ -447,6 +472,20 @@ class Rubric(_Frozen):
         if problems:
             raise RubricProblems(problems)
         return self
+
+    def _example_problems(self, index: int, example: InContextExample, known: str) -> Iterator[str]:
+        """An example answers fields the model is asked, each with one of its allowed answers."""
+        for name, value in example.answers.items():
+            where = f"examples.{index}.answers.{name}"
+            spec = self.fields.get(name)
+            if spec is None:
+                yield f"examples.{index}.answers: unknown field {shown(name)} (fields: {known})"
+            elif spec.derive is not None:
+                yield f"{where}: {name!r} is derived in code, not answered by the model; leave it out"
+            elif not any(value == a and type(value) is type(a) for a in spec.values):
+                same_text = next((a for a in spec.values if label_of(a) == label_of(value)), None)
+                hint = "" if same_text is None else f"; the answer is {_written(same_text)}, of another type"
+                yield f"{where}: {shown(value)} is not an allowed answer of {name!r} (allowed: {listing(spec.values, repr)}){hint}"
 
     def _answer_id_problems(self, key: str, spec: FieldSpec) -> Iterator[str]:
         if self.answer_format is not AnswerFormat.IDS:

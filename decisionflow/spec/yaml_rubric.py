@@ -171,10 +171,12 @@ def _rubric_data(rubric: Rubric) -> dict[str, Any]:
     data: dict[str, Any] = {}
     for key, info in Rubric.model_fields.items():
         value = getattr(rubric, key)
-        if key != "fields" and value != info.default:
+        if key not in ("fields", "examples") and value != info.default:
             data[key] = _plain(value)
-    # Fields last: the settings above read as a header.
+    # Fields after the settings (which read as a header), then the examples that answer them.
     data["fields"] = {name: _field_data(spec, rubric) for name, spec in rubric.fields.items()}
+    if rubric.examples:
+        data["examples"] = [{"text": example.text, "answers": _FlowMap(example.answers)} for example in rubric.examples]
     return data
 
 
