@@ -44,8 +44,9 @@ def validate(
         if rubric is None:
             failed = True
             continue
+        examples = f", {count(len(rubric.examples), 'in-context example')}" if rubric.examples else ""
         say(out, f"OK {ref}: {rubric.name} ({count(len(rubric), 'field')}, "
-                 f"{count(make_plan(rubric).forward_passes, 'forward pass', 'forward passes')})")
+                 f"{count(make_plan(rubric).forward_passes, 'forward pass', 'forward passes')}{examples})")
     if failed:
         raise typer.Exit(1)
 

@@ -63,6 +63,21 @@ def test_validate_ok(files):
     assert result.stderr == ""
 
 
+def test_validate_counts_in_context_examples_and_names_a_bad_one(tmp_path: Path):
+    shown = tmp_path / "shown.yaml"
+    shown.write_text(GOOD + "examples:\n  - text: I was charged twice\n    answers: {department: billing, severity: 4}\n"
+                     "  - text: Where is my parcel?\n    answers: {department: shipping}\n")
+    result = runner.invoke(app, ["validate", str(shown)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [f"OK {shown}: support_triage (4 fields, 3 forward passes, 2 in-context examples)"]
+    shown.write_text(shown.read_text().replace("severity: 4", "severity: 12"))
+    result = runner.invoke(app, ["validate", str(shown)])
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"{shown}: examples.0.answers.severity: 12 is not an allowed answer of 'severity' "
+        "(allowed: 0, 1, 2, 3, 4, 5, 6, 7, 8, 9) (line 9)"]
+
+
 def test_validate_reports_every_problem_on_stderr(files):
     result = runner.invoke(app, ["validate", files["bad"], files["good"]])
     assert result.exit_code == 1
