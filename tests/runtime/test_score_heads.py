@@ -17,8 +17,8 @@ import torch
 from suite_support import FIXTURES
 
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.head_fit import MIN_ORDINAL_ROWS, ORDINAL_PENALTIES, FitResult, _fit_ordinal
-from decisionflow.runtime.heads import Heads
+from decisionflow.runtime.head_fit import MIN_ORDINAL_ROWS, ORDINAL_PENALTIES, FitResult, _better_head, _fit_ordinal
+from decisionflow.runtime.heads import Candidate, Heads
 from decisionflow.spec.rubric import Rubric
 
 pytestmark = pytest.mark.model
@@ -66,9 +66,10 @@ def test_with_rows_at_every_level_the_better_head_by_cross_validation_is_kept(fi
     assert info.rows == len(ROWS) and min(info.rows_per_label.values()) >= 2
     assert set(info.candidates) == {"zero_shot", "fitted", "ordinal"}
     figures = {name: info.candidates[name] for name in ("fitted", "ordinal")}
-    # Ranked by distance to the gold level, then by accuracy.
-    better = min(figures, key=lambda name: (figures[name].mean_absolute_error, -figures[name].accuracy))
-    assert info.head == ("ordinal" if better == "ordinal" else "multinomial")
+    # The more accurate head, unless the other is (significantly) nearer the gold levels.
+    accurate = max(figures, key=lambda name: (figures[name].accuracy, -figures[name].mean_absolute_error))
+    better = "ordinal" if info.head == "ordinal" else "fitted"
+    assert better == accurate or figures[better].mean_absolute_error < figures[accurate].mean_absolute_error
     zero_shot = info.candidates["zero_shot"]
     wins = figures[better].mean_absolute_error < zero_shot.mean_absolute_error and figures[better].p_vs_zero_shot < 0.05
     assert info.chosen == (better if wins else "zero_shot")
@@ -130,3 +131,21 @@ def test_the_ordinal_head_is_a_normal_over_the_levels_around_its_prediction():
         assert int(got.argmax()) == int(np.abs(values - centre).argmin())
     # The regression follows the target (a linear one here), so its predictions are close to it.
     assert np.corrcoef(regression.predict(features), target)[0, 1] > 0.95
+
+
+def test_the_more_accurate_head_is_kept_unless_the_other_is_significantly_nearer():
+    def figure(errors: list[int]) -> Candidate:
+        return Candidate(accuracy=errors.count(0) / len(errors), low=0.0, high=1.0, rows=len(errors),
+                         mean_absolute_error=sum(errors) / len(errors))
+
+    # Right more often, but three levels off where it is wrong; the other is one level off nearly everywhere.
+    accurate, near = [0] * 20 + [3] * 20, [0] * 12 + [1] * 28
+    errors = {"fitted": accurate, "ordinal": near}
+    candidates = {name: figure(e) for name, e in errors.items()}
+    assert _better_head(candidates, errors, 0.05) == "ordinal"
+    # Nearer by a hair, not significantly: the more accurate head stays.
+    errors = {"fitted": [0] * 20 + [1] * 10 + [2] * 10, "ordinal": [0] * 15 + [1] * 23 + [2] * 2}
+    candidates = {name: figure(e) for name, e in errors.items()}
+    assert sum(errors["ordinal"]) < sum(errors["fitted"])
+    assert _better_head(candidates, errors, 0.05) == "fitted"
+    assert _better_head(candidates, errors, 1.0) == "ordinal"  # --significance 1: any win
