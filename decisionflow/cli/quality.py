@@ -345,6 +345,7 @@ def _selection(rows: str | None, limit: int | None, seed: int) -> str:
 
 def _print_summary(summary: dict[str, Any]) -> None:
     keys = ("n", "accuracy", "macro_f1", "valid_rate", "ece", "mean_candidate_mass")
+    keys += ("mean_absolute_error",) if "mean_absolute_error" in summary else ()  # a score field
     compact = {k: summary.get(k) for k in keys}
     compact["debias"] = summary.get("debias")
     compact["readout"] = summary.get("readout")

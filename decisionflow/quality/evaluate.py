@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import DecisionflowError
 from ..runtime.calibration import Calibration, FieldCalibration
-from ..spec.rubric import Debias, Rubric
+from ..spec.rubric import Debias, FieldKind, Rubric
 from . import metrics
 from .comparisons import (
     ReadSetting,
@@ -54,8 +54,10 @@ __all__ = [
     "score_baseline", "score_readings", "with_thresholds", "write_outputs",
 ]
 
-def score_readings(gold: Sequence[str], readings: Sequence[Reading], options: Sequence[str]) -> dict[str, Any]:
-    """The eval.json figures for the engine on these rows."""
+def score_readings(gold: Sequence[str], readings: Sequence[Reading], options: Sequence[str], *,
+                   levels: bool = False) -> dict[str, Any]:
+    """The eval.json figures for the engine on these rows. `levels`: the field is a score, whose
+    labels are integers; its mean absolute error (in levels, over the in-scope rows it answered) is added."""
     offered = set(options)
     in_scope = [i for i, g in enumerate(gold) if g in offered]
     out_of_scope = [i for i, g in enumerate(gold) if g not in offered]
@@ -76,6 +78,9 @@ def score_readings(gold: Sequence[str], readings: Sequence[Reading], options: Se
         "errors": sum(bool(r.error) for r in readings),
         "reliability": [vars(b) for b in metrics.reliability_bins(confidences, correct)],  # type: ignore[arg-type]
     }
+    if levels:
+        distances = [abs(int(readings[i].predicted) - int(gold[i])) for i in in_scope if readings[i].predicted is not None]
+        summary["mean_absolute_error"] = sum(distances) / len(distances) if distances else None
     if out_of_scope:
         summary["n_out_of_scope"] = len(out_of_scope)
     return summary
@@ -191,11 +196,12 @@ def evaluate(
         engine, target, texts, field_name, calibration=calibration, debias=debias, progress=progress_for("deciding"),
         heads=heads,
     )
-    summary = score_readings(gold, readings, options)
+    levels = rubric.field(field_name).kind is FieldKind.SCORE
+    summary = score_readings(gold, readings, options, levels=levels)
     summary["readout"] = "fitted" if zero_shot is not None else "zero_shot"
     if zero_shot is not None:
         summary["zero_shot"] = {
-            **{k: v for k, v in score_readings(gold, zero_shot, options).items() if k != "reliability"},
+            **{k: v for k, v in score_readings(gold, zero_shot, options, levels=levels).items() if k != "reliability"},
             "fitted_vs_zero_shot": paired_difference(gold, readings, zero_shot, options),
         }
     summary["debias"] = applied = applied_correction(readings)
@@ -206,7 +212,7 @@ def evaluate(
         # The field reads earlier answers, which the raw readout could choose differently: read it apart.
         raw = read_rows(engine, target, texts, field_name, debias=Debias.NONE.value, progress=progress_for("deciding, raw"))
     if raw is not None:
-        summary["raw"] = {k: v for k, v in score_readings(gold, raw, options).items() if k != "reliability"}
+        summary["raw"] = {k: v for k, v in score_readings(gold, raw, options, levels=levels).items() if k != "reliability"}
     settings = calibration.fields.get(field_name) if calibration else None
     if summary.get("n_out_of_scope") or (settings and (settings.min_candidate_mass is not None or settings.min_probability is not None)):
         summary["abstention"] = {
@@ -322,6 +328,10 @@ def markdown_report(summary: dict[str, Any], *, has_plot: bool) -> str:
         lines.append(f"| {name} | {figures['n']} | {_fmt(figures['accuracy'])} | {_fmt(figures['macro_f1'])} | "
                      f"{_fmt(figures['valid_rate'])} | {_fmt(figures['ece'])} | {_fmt(figures['mean_candidate_mass'])} |")
     lines.append("")
+    if "mean_absolute_error" in summary:
+        errors = ", ".join(f"{name} {_fmt(figures.get('mean_absolute_error'))}" for name, figures in methods
+                           if "mean_absolute_error" in figures)
+        lines += [f"Mean absolute error, in levels: {errors}.", ""]
     if "zero_shot" in summary:
         d = summary["zero_shot"]["fitted_vs_zero_shot"]
         lines.append(f"Fitted head against zero-shot on the same {d['rows']} rows: {d['only_fitted_right']} right only with "

@@ -581,8 +581,10 @@ class Rubric(_Frozen):
 
     @cached_property
     def key(self) -> str:
-        """A stable identity for caches keyed by rubric content (computed once per instance)."""
-        return self.model_dump_json()
+        """A stable identity for caches keyed by rubric content (computed once per instance). A rubric
+        without in-context examples keys as it did before rubrics could carry them, so heads fitted
+        then still load."""
+        return self.model_dump_json(exclude={"examples"} if not self.examples else None)
 
 
 def _check_answer_keys(per_answer: dict[Any, Any], parent: Any, *, at: Any) -> None:

@@ -15,6 +15,7 @@ from decisionflow.cli import app
 from decisionflow.quality.comparisons import score_flips, shuffled_rubric
 from decisionflow.quality.evaluate import (
     Reading,
+    markdown_report,
     score_abstention,
     score_baseline,
     score_readings,
@@ -207,3 +208,16 @@ def test_calibration_fit_is_saved_beside_a_rubric_copy_and_keeps_winners(engine,
         update={"fields": {"intent": saved.fields["intent"].model_copy(update={"min_probability": None})}}))
     for before, after in zip(plain, scaled):
         assert before.fields["intent"].value == after.fields["intent"].value
+
+
+def test_a_score_fields_mean_absolute_error_is_over_the_rows_it_answered():
+    readings = [Reading(predicted="3"), Reading(predicted="7"), Reading(predicted=None, error="too long"),
+                Reading(predicted="0")]
+    summary = score_readings(["5", "7", "2", "9"], readings, [str(level) for level in range(8)], levels=True)
+    # Rows 0 and 1 answered in scope (9 is not a level): |3 - 5| and |7 - 7|.
+    assert summary["mean_absolute_error"] == pytest.approx(1.0)
+    assert "mean_absolute_error" not in score_readings(["a"], [_reading("a", 0.9, 0.8)], ["a", "b"])
+    figures = {"n": 4, "accuracy": 0.25, "macro_f1": 0.2, "valid_rate": 1.0, "ece": 0.1, "mean_candidate_mass": 0.9}
+    report = markdown_report({**figures, "rubric": "rated", "field": "score", "debias": "none", "readout": "zero_shot",
+                              "mean_absolute_error": 1.0, "raw": {**figures, "mean_absolute_error": 2.5}}, has_plot=False)
+    assert "Mean absolute error, in levels: decisionflow (none) 1.000, decisionflow raw 2.500." in report

@@ -94,3 +94,12 @@ def test_decision_takes_examples_as_pairs_or_mappings_and_names_bad_ones():
         @decision(examples=[("x", {"department": "sales"})])
         class Wrong(BaseModel):
             department: Annotated[Literal["billing", "shipping"], ask("Which team handles it")]
+
+
+def test_a_rubric_without_examples_keys_as_before_examples_existed():
+    # Heads, calibrations and head caches are keyed on `Rubric.key`: adding the setting must not
+    # invalidate what was fitted or cached for rubrics that do not use it.
+    plain = loads_rubric(RUBRIC.split("examples:")[0])
+    assert "examples" not in plain.key
+    assert plain.key == plain.model_dump_json(exclude={"examples"})
+    assert loads_rubric(RUBRIC).key != plain.key and "I was charged twice" in loads_rubric(RUBRIC).key
