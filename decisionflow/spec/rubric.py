@@ -59,6 +59,16 @@ def reserved_name_problem(name: str) -> str | None:
     return None
 
 
+def required_text(text: str, *, what: str) -> str:
+    """`text` when it has something visible and nothing `text_problem` refuses; else a ValueError naming `what`."""
+    if not has_visible(text):
+        raise ValueError(f"{what} is empty (only spaces or invisible characters)")
+    problem = text_problem(text, what=what)
+    if problem:
+        raise ValueError(problem)
+    return text
+
+
 def text_problem(text: str, *, what: str, multiline: bool = True) -> str | None:
     """Why a rubric text cannot be used as is (see `text.refused_character`), if it cannot."""
     refused = refused_character(text, multiline=multiline)
@@ -176,12 +186,7 @@ class FieldSpec(_Frozen):
     @field_validator("question")
     @classmethod
     def _readable_question(cls, question: str) -> str:
-        if not has_visible(question):
-            raise ValueError("the question is empty (only spaces or invisible characters)")
-        problem = text_problem(question, what="the question")
-        if problem:
-            raise ValueError(problem)
-        return question
+        return required_text(question, what="the question")
 
     @field_validator("options", mode="before")
     @classmethod
@@ -399,12 +404,7 @@ class InContextExample(_Frozen):
     @field_validator("text")
     @classmethod
     def _readable_text(cls, text: str) -> str:
-        if not has_visible(text):
-            raise ValueError("an example's text is empty")
-        problem = text_problem(text, what="the example's text")
-        if problem:
-            raise ValueError(problem)
-        return text
+        return required_text(text, what="the example's text")
 
 
 class Rubric(_Frozen):
