@@ -115,7 +115,7 @@ def fit_command(
         # A field cross-validated and kept zero-shot says why here; one too short to fit was warned about.
         if info.readout != "fitted" and len(info.candidates) > 1 and info.note:
             say(out, f"{name} keeps the zero-shot readout: {info.note}")
-    fitted = result.heads.fitted_fields
+    fitted = [name + (" (ordinal)" if result.fields[name].head == "ordinal" else "") for name in result.heads.fitted_fields]
     say(out, f"{len(fitted)} of {len(result.fields)} labelled fields answer with a fitted head"
              + (f" ({', '.join(fitted)})" if fitted else "")
              + f"; read {count(result.rows, 'row')} in {result.timings_s['read']:.1f} s"
