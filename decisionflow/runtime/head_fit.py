@@ -324,9 +324,9 @@ def fit_field(
     level lacks rows for the multinomial one); of the two, the more accurate is kept unless the other
     is significantly nearer the gold levels (`_better_head`). A score's head is compared with zero-shot
     by distance to the gold level: a smaller mean absolute error, with Wilcoxon's signed-rank test on
-    the paired errors significant. An answer
-    four levels off is worse than one level off; exact agreement alone cannot see that (with 30 rows
-    it kept zero-shot 3.4 levels off against a head 1 level off: docs/fitting.md)."""
+    the paired errors significant. An answer four levels off is worse than one level off; exact
+    agreement alone cannot see that (with 30 rows McNemar's test kept zero-shot 3.7 levels off on
+    average against a head 0.9 levels off: docs/fitting.md)."""
     spec = rubric.fields[name]
     labels = spec.labels
     levels = [int(label) for label in labels] if spec.kind is FieldKind.SCORE else None
@@ -436,8 +436,9 @@ def _too_few_rows(labels: Sequence[str], counts: Mapping[str, int], short: Mappi
 def _better_head(candidates: Mapping[str, Candidate], errors: Mapping[str, list[int] | None], significance: float) -> str:
     """Of the heads tried, the one with the higher cross-validated accuracy (ties: the smaller error),
     unless the other's errors are significantly smaller (Wilcoxon on the paired errors). Measured on
-    rated sentiment: the two heads' mean errors were often equal while the multinomial head was right
-    on 6-13 % more rows, and the ordinal head was nearer with few rows (docs/fitting.md)."""
+    rated sentiment: from 300 rows the two heads' mean errors were equal while the multinomial head
+    was right on more rows (up to 8 points on dev), and with 30-100 rows the ordinal head was nearer
+    (docs/fitting.md)."""
     heads = list(errors)
     best = max(heads, key=lambda readout: (candidates[readout].accuracy, -(candidates[readout].mean_absolute_error or 0.0)))
     for other in heads:
