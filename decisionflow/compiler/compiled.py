@@ -72,17 +72,18 @@ answer text verbatim or a mapping of field to answer (written by `example_answer
 
 def compile_rubric(
     tokenizer: Any, rubric: Rubric, *, mode: ReadMode = ReadMode.BRANCH, view: TokenizerView | None = None,
-    catalog: Catalog = Catalog.FULL, examples: Sequence[Example] | None = None,
+    catalog: Catalog = Catalog.FULL, examples: Sequence[Example] | None = None, pin_first: bool | None = None,
 ) -> CompiledRubric:
     """Compile `rubric` for `tokenizer`. `examples`: in-context examples written into the head as
     earlier (user, assistant) turns, in order (see `prompt.render_prompt`); None: the rubric's own
-    (`Rubric.examples`, none unless it declares some)."""
+    (`Rubric.examples`, none unless it declares some). `pin_first`: the plan the examples' answers are
+    written in (None: the rubric's), as the engine will write the request's."""
     view = view or TokenizerView(tokenizer)
     if examples is None:
         examples = [(example.text, example.answers) for example in rubric.examples]
 
     def shown(layout: Layout) -> list[tuple[str, str]]:
-        return [(render_input(text), answer if isinstance(answer, str) else example_answer(layout, rubric, answer))
+        return [(render_input(text), answer if isinstance(answer, str) else example_answer(layout, rubric, answer, pin_first=pin_first))
                 for text, answer in examples]
 
     def render(layout: Layout) -> PromptParts:
@@ -117,7 +118,7 @@ def options_of(spec: Any, parent_label: str) -> dict[str, str]:
     return offered
 
 
-def example_answer(layout: Layout, rubric: Rubric, answers: Mapping[str, Any]) -> str:
+def example_answer(layout: Layout, rubric: Rubric, answers: Mapping[str, Any], *, pin_first: bool | None = None) -> str:
     """An example's answer as the engine writes it after the opener: every answered field's JSON line
     (`layout.line`, the trailing comma included) in the plan's order, then the closing brace.
 
@@ -127,7 +128,7 @@ def example_answer(layout: Layout, rubric: Rubric, answers: Mapping[str, Any]) -
     if unknown:
         raise InputError(f"an in-context example answers unknown fields: {', '.join(sorted(unknown))}")
     text = layout.opener
-    for name in (name for round_ in make_plan(rubric).rounds for name in round_.fields):
+    for name in (name for round_ in make_plan(rubric, pin_first=pin_first).rounds for name in round_.fields):
         answer = answers.get(name)
         if answer is None:
             continue

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
 from ..errors import CalibrationError
 from ..spec.rubric import Rubric
@@ -61,6 +61,10 @@ class Candidate(BaseModel):
     or for a score field Wilcoxon's signed-rank test on the absolute errors."""
     mean_absolute_error: float | None = None
     """A score field's mean distance between answer and gold level (None for other kinds)."""
+
+    @model_serializer(mode="wrap")
+    def _without_unused_additions(self, write: Any) -> Any:
+        return _without_defaults(write(self), self, ("mean_absolute_error",))
 
 
 class FieldHeadInfo(BaseModel):
@@ -98,6 +102,10 @@ class FieldHeadInfo(BaseModel):
     note: str = ""
     """Why the field kept the zero-shot readout, when it did."""
 
+    @model_serializer(mode="wrap")
+    def _without_unused_additions(self, write: Any) -> Any:
+        return _without_defaults(write(self), self, ("head", "penalties", "spread"))
+
     @property
     def chosen(self) -> str:
         """The candidate that answers: `zero_shot`, `fitted` (multinomial) or `ordinal`."""
@@ -109,6 +117,17 @@ class FieldHeadInfo(BaseModel):
     @classmethod
     def _one_strength(cls, value: Any) -> Any:
         return () if value is None else (value,) if isinstance(value, (int, float)) else value
+
+
+def _without_defaults(data: Any, model: BaseModel, keys: Sequence[str]) -> Any:
+    """`data` without `keys` that hold their defaults: the keys added for score fields' heads, left out
+    where unused so that a heads file of choice and boolean fields reads as before they existed (a
+    reader that does not know them refuses unknown keys)."""
+    if isinstance(data, dict):
+        for key in keys:
+            if getattr(model, key) == type(model).model_fields[key].default:
+                data.pop(key, None)
+    return data
 
 
 class HeadsMetadata(BaseModel):

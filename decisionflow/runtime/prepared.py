@@ -172,7 +172,8 @@ class PreparedRubrics:
                 self.counts.hits += 1
                 return prepared
         began = time.perf_counter()
-        compiled = compile_rubric(self.view.tokenizer, rubric, mode=self.mode, view=self.view, catalog=self.catalog)
+        compiled = compile_rubric(self.view.tokenizer, rubric, mode=self.mode, view=self.view, catalog=self.catalog,
+                                  pin_first=self.pin_first)
         plan = make_plan(rubric, pin_first=self.pin_first)
         compile_ms = (time.perf_counter() - began) * 1000
         made = PreparedRubric(compiled, plan, compile_ms=compile_ms)

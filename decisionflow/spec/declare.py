@@ -382,8 +382,10 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
         "debias": debias,
         "catalog": catalog,
         "fields": fields,
-        "examples": [_example_data(example) for example in examples],
+        "examples": [] if _examples_problem(examples) else [_example_data(example) for example in examples],
     }
+    if _examples_problem(examples):
+        problems.append(problem(source, "examples", _examples_problem(examples) or ""))
     try:
         rubric = Rubric.model_validate(data, context=DECLARATION)
     except ValidationError as error:
@@ -400,10 +402,18 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
 
 
 def _example_data(example: Any) -> Any:
-    """A `(text, answers)` pair as the rubric's mapping; anything else is left for validation to name."""
-    if isinstance(example, tuple) and len(example) == 2:
+    """A `(text, answers)` pair (any two-item sequence but a string) as the rubric's mapping; anything
+    else is left for validation to name."""
+    if isinstance(example, typing.Sequence) and not isinstance(example, (str, bytes)) and len(example) == 2:
         return {"text": example[0], "answers": example[1]}
     return example
+
+
+def _examples_problem(examples: Any) -> str | None:
+    if isinstance(examples, (str, bytes, dict)) or not isinstance(examples, typing.Iterable):
+        return (f"expected a list of (text, {{field: answer}}) pairs or {{'text': ..., 'answers': ...}} mappings, "
+                f"got {type(examples).__name__}")
+    return None
 
 
 def _private_decisions(model: type[BaseModel]) -> list[tuple[str, str]]:

@@ -486,6 +486,30 @@ class Rubric(_Frozen):
                 same_text = next((a for a in spec.values if label_of(a) == label_of(value)), None)
                 hint = "" if same_text is None else f"; the answer is {_written(same_text)}, of another type"
                 yield f"{where}: {shown(value)} is not an allowed answer of {name!r} (allowed: {listing(spec.values, repr)}){hint}"
+            else:
+                yield from self._example_dependency_problems(where, name, value, example.answers)
+
+    def _example_dependency_problems(self, where: str, name: str, value: Any, answers: dict[str, Any]) -> Iterator[str]:
+        """An example answers a `when` or `options_by` field only as the engine could: with the field it
+        depends on answered, and under an answer of it that asks this field and offers this answer."""
+        spec = self.fields[name]
+        for parent in ([spec.when.field] if spec.when else []) + ([spec.options_by.field] if spec.options_by else []):
+            if parent not in self.fields:
+                continue  # reported as an unknown field
+            if parent not in answers:
+                yield f"{where}: {name!r} depends on {parent!r}, which the example does not answer"
+                return
+        if spec.when is not None and spec.when.field in self.fields:
+            given = answers[spec.when.field]
+            if not any(given == v and type(given) is type(v) for v in spec.when.values):
+                yield (f"{where}: {name!r} is asked only when {spec.when.field!r} is one of "
+                       f"{listing(spec.when.values, repr)}; the example answers {spec.when.field!r} with {shown(given)}")
+        if spec.options_by is not None and spec.options_by.field in self.fields:
+            given = answers[spec.options_by.field]
+            offered = spec.options_by.options.get(label_of(given), {})
+            if label_of(value) not in offered:
+                yield (f"{where}: {shown(value)} is not offered when {spec.options_by.field!r} is {shown(given)} "
+                       f"(offered: {listing(offered, repr) or 'none'})")
 
     def _answer_id_problems(self, key: str, spec: FieldSpec) -> Iterator[str]:
         if self.answer_format is not AnswerFormat.IDS:

@@ -329,17 +329,19 @@ def test_an_existing_output_file_may_be_written_again(tmp_path: Path):
     assert "is a folder" in output_problem(tmp_path, folder=False)
 
 
-def test_fit_a_score_field_reports_its_ordinal_head_and_errors(tmp_path: Path):
+def test_fit_a_score_field_reports_both_heads_and_their_errors(tmp_path: Path):
     rubric = tmp_path / "rated.yaml"
     rubric.write_text("name: rated\ninstructions: Rate the sentiment of one short text.\nfields:\n  score:\n"
                       "    kind: score\n    question: How negative or positive the text is, 0 (extremely negative) to 8\n"
                       "    min: 0\n    max: 8\n")
     result = invoke("fit", rubric, "--data", FIXTURES / "vader_movies_sample.csv")
     assert result.exit_code == 0, result.output
-    assert "MAE" in result.stdout and "ordinal" in result.stdout
-    assert "1 of 1 labelled fields answer with a fitted head (score (ordinal))" in result.stdout
     info = json.loads((tmp_path / "rated.heads.json").read_text())["fields"]["score"]
-    # No row at levels 0 and 8: only the ordinal head can be fitted, and it is far nearer than zero-shot.
-    assert set(info["candidates"]) == {"zero_shot", "ordinal"} and info["head"] == "ordinal"
-    assert info["readout"] == "fitted" and info["spread"] > 0
-    assert info["candidates"]["ordinal"]["mean_absolute_error"] < info["candidates"]["zero_shot"]["mean_absolute_error"]
+    # No row at levels 0 and 8: a score still gets both heads, each far nearer than zero-shot.
+    assert set(info["candidates"]) == {"zero_shot", "fitted", "ordinal"} and info["readout"] == "fitted"
+    for name in ("fitted", "ordinal"):
+        assert info["candidates"][name]["mean_absolute_error"] < info["candidates"]["zero_shot"]["mean_absolute_error"]
+    kept = "score (ordinal)" if info["head"] == "ordinal" else "score"
+    assert f"1 of 1 labelled fields answer with a fitted head ({kept})" in result.stdout
+    assert "MAE" in result.stdout and "ordinal" in result.stdout
+    assert (info["spread"] is not None) == (info["head"] == "ordinal")

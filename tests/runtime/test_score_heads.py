@@ -1,14 +1,16 @@
 """A score field's fitted heads on the bundled real model: the ordinal head beside the multinomial one.
 
 The rows are movie-review snippets with their human sentiment rating as a level 0..8
-(tests/fixtures/vader_movies_sample.csv). The first 48 have no row at levels 0 and 8, so the `score`
-field (0..8) can only get the ordinal head; the `level` field (1..7) is labelled on all 60, which
-have two rows or more at every one of its levels, so both heads are cross-validated there.
+(tests/fixtures/vader_movies_sample.csv). The first 48 have no row at levels 0 and 8: the `score`
+field (0..8) still gets both heads (a score's multinomial head needs rows at two levels, not at
+every level), and with a minimum of 30 rows per level only the ordinal one; the `level` field (1..7)
+is labelled on all 60, which have two rows or more at every one of its levels.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 
 import numpy as np
@@ -17,8 +19,18 @@ import torch
 from suite_support import FIXTURES
 
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.head_fit import MIN_ORDINAL_ROWS, ORDINAL_PENALTIES, FitResult, _better_head, _fit_ordinal
-from decisionflow.runtime.heads import Candidate, Heads
+from decisionflow.runtime.head_fit import (
+    MIN_ORDINAL_ROWS,
+    ORDINAL_PENALTIES,
+    REGULARISATION_GRID,
+    FitResult,
+    _better_head,
+    _fit_ordinal,
+    _fit_path,
+    _kept_head,
+    _wilcoxon,
+)
+from decisionflow.runtime.heads import Candidate, FieldHeadInfo, Heads
 from decisionflow.spec.rubric import Rubric
 
 pytestmark = pytest.mark.model
@@ -44,20 +56,42 @@ def fitted(engine: Engine) -> FitResult:
     return engine.fit(RATED, rows)
 
 
-def test_a_score_field_without_rows_at_some_levels_gets_an_ordinal_head(fitted: FitResult):
+@pytest.fixture(scope="module")
+def ordinal_only(engine: Engine) -> FitResult:
+    """No level has 30 rows, so no multinomial head; the ordinal one needs only 10 rows over two levels."""
+    return engine.fit(RATED, [(row["text"], {"score": row["score"]}) for row in ROWS[:FITTING]], min_rows_per_label=30)
+
+
+def test_a_score_field_without_rows_at_some_levels_still_gets_both_heads(fitted: FitResult):
     info = fitted.fields["score"]
     assert info.rows == FITTING and info.rows_per_label["0"] == 0 and info.rows_per_label["8"] == 0
-    # The multinomial head needs two rows at every level; the ordinal one does not.
-    assert set(info.candidates) == {"zero_shot", "ordinal"}
-    assert info.head == "ordinal" and info.penalties == ORDINAL_PENALTIES and info.regularisation == ()
-    ordinal, zero_shot = info.candidates["ordinal"], info.candidates["zero_shot"]
-    assert ordinal.rows == zero_shot.rows == FITTING
-    # A score's error is a distance: every candidate reports it, and the ordinal head's is smaller.
-    assert ordinal.mean_absolute_error is not None and zero_shot.mean_absolute_error is not None
-    assert ordinal.mean_absolute_error < zero_shot.mean_absolute_error, info.candidates
-    # Compared with zero-shot on the paired errors (Wilcoxon): zero-shot is levels off on these rows.
-    assert ordinal.p_vs_zero_shot < 1e-4, info.candidates
-    assert info.readout == "fitted" and info.chosen == "ordinal" and "score" in fitted.heads.heads
+    # Unlike a choice field, a score needs no row at every level: both heads are cross-validated.
+    assert set(info.candidates) == {"zero_shot", "fitted", "ordinal"}
+    assert info.penalties == ORDINAL_PENALTIES and info.regularisation
+    zero_shot = info.candidates["zero_shot"]
+    for name in ("fitted", "ordinal"):
+        figure = info.candidates[name]
+        assert figure.rows == zero_shot.rows == FITTING
+        # A score's error is a distance, compared with zero-shot on the paired errors (Wilcoxon):
+        # zero-shot is levels off on these rows, either head significantly nearer.
+        assert figure.mean_absolute_error < zero_shot.mean_absolute_error, info.candidates
+        assert figure.p_vs_zero_shot < 0.05, info.candidates
+    kept = info.chosen
+    assert info.readout == "fitted" and kept in ("fitted", "ordinal") and "score" in fitted.heads.heads
+    other = "ordinal" if kept == "fitted" else "fitted"
+    # The more accurate head, unless the other is (significantly) nearer the gold levels.
+    figures = info.candidates
+    assert (figures[kept].accuracy, -figures[kept].mean_absolute_error) >= (
+        figures[other].accuracy, -figures[other].mean_absolute_error) or (
+        figures[kept].mean_absolute_error < figures[other].mean_absolute_error)
+
+
+def test_without_enough_rows_for_a_multinomial_head_the_ordinal_one_answers(ordinal_only: FitResult):
+    info = ordinal_only.fields["score"]
+    assert set(info.candidates) == {"zero_shot", "ordinal"} and info.regularisation == ()
+    assert info.head == "ordinal" and info.penalties == ORDINAL_PENALTIES
+    assert info.readout == "fitted" and info.chosen == "ordinal" and "score" in ordinal_only.heads.heads
+    assert info.candidates["ordinal"].p_vs_zero_shot < 1e-4, info.candidates
     assert info.spread is not None and 0.1 < info.spread < 8, info.spread
 
 
@@ -76,7 +110,8 @@ def test_with_rows_at_every_level_the_better_head_by_cross_validation_is_kept(fi
     assert info.regularisation and info.penalties == ORDINAL_PENALTIES
 
 
-def test_an_ordinal_head_answers_in_the_engine_and_round_trips(engine: Engine, fitted: FitResult, tmp_path):
+def test_an_ordinal_head_answers_in_the_engine_and_round_trips(engine: Engine, ordinal_only: FitResult, tmp_path):
+    fitted = ordinal_only
     texts = [row["text"] for row in HELD_OUT]
     results = engine.decide_many(RATED, texts, heads=fitted.heads)
     for result in results:
@@ -111,6 +146,7 @@ def test_too_few_score_rows_keep_zero_shot_and_say_what_the_ordinal_head_needs(e
     info = result.fields["score"]
     assert info.readout == "zero_shot" and set(info.candidates) == {"zero_shot"}
     assert f"needs at least {MIN_ORDINAL_ROWS} rows over two levels" in info.note
+    assert "2 more rows would let a head be fitted" in info.note
     [warning] = [w for w in result.warnings if "'score'" in w]
     assert warning.startswith("warning: field 'score' keeps the zero-shot readout") and "8 labelled rows" in warning
 
@@ -149,3 +185,48 @@ def test_the_more_accurate_head_is_kept_unless_the_other_is_significantly_nearer
     assert sum(errors["ordinal"]) < sum(errors["fitted"])
     assert _better_head(candidates, errors, 0.05) == "fitted"
     assert _better_head(candidates, errors, 1.0) == "ordinal"  # --significance 1: any win
+
+
+def test_a_multinomial_score_head_never_answers_a_level_it_saw_no_row_of():
+    generator = np.random.default_rng(0)
+    features = generator.normal(size=(60, 4))
+    gold = np.repeat([1, 2, 4], 20)  # levels 0, 3 and 5..8 have no rows
+    features[:, 0] += gold
+    head = _fit_path(features, gold, REGULARISATION_GRID).head(1.0, 9)
+    assert tuple(head.weight.shape) == (9, 4)
+    for row in features[:5]:
+        probabilities = head.probabilities(torch.tensor(row, dtype=torch.float32), None, range(9))
+        assert math.isclose(sum(probabilities), 1.0, abs_tol=1e-6)
+        assert all(probabilities[level] < 1e-12 for level in (0, 3, 5, 6, 7, 8))
+
+
+def test_the_kept_head_is_one_that_beats_zero_shot():
+    def figure(errors: list[int], baseline: list[int] | None = None) -> Candidate:
+        p = None if baseline is None else _wilcoxon(errors, baseline)
+        return Candidate(accuracy=errors.count(0) / len(errors), low=0.0, high=1.0, rows=len(errors),
+                         mean_absolute_error=sum(errors) / len(errors), p_vs_zero_shot=p)
+
+    zero_shot = [0] * 10 + [2] * 30
+    # The multinomial head is more often right but no nearer than zero-shot; the ordinal one is nearer.
+    errors = {"fitted": [0] * 16 + [3] * 24, "ordinal": [0] * 12 + [1] * 28}
+    candidates = {"zero_shot": figure(zero_shot), **{name: figure(e, zero_shot) for name, e in errors.items()}}
+    assert candidates["fitted"].accuracy > candidates["ordinal"].accuracy
+    assert candidates["fitted"].mean_absolute_error > candidates["zero_shot"].mean_absolute_error
+    assert _kept_head(candidates, errors, score=True, significance=0.05) == ("ordinal", True)
+    # Neither beats zero-shot: the more accurate is reported as the one that fell short.
+    errors = {"fitted": [0] * 16 + [3] * 24, "ordinal": [0] * 8 + [2] * 32}
+    candidates = {"zero_shot": figure(zero_shot), **{name: figure(e, zero_shot) for name, e in errors.items()}}
+    assert _kept_head(candidates, errors, score=True, significance=0.05) == ("fitted", False)
+
+
+def test_metadata_of_heads_without_score_additions_is_written_as_before_them():
+    # A reader from before the ordinal head refuses unknown keys: a file with no score field must not
+    # carry them, and a file with one round-trips them.
+    plain = FieldHeadInfo(labels=("a", "b"), readout="fitted", candidates={
+        "zero_shot": Candidate(accuracy=0.5, low=0.1, high=0.9, rows=4)})
+    written = json.loads(plain.model_dump_json())
+    assert not {"head", "penalties", "spread"} & set(written)
+    assert "mean_absolute_error" not in written["candidates"]["zero_shot"]
+    ordinal = plain.model_copy(update={"head": "ordinal", "penalties": ORDINAL_PENALTIES, "spread": 1.5})
+    assert FieldHeadInfo.model_validate_json(ordinal.model_dump_json()) == ordinal
+    assert FieldHeadInfo.model_validate_json(plain.model_dump_json()) == plain

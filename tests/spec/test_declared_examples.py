@@ -95,6 +95,16 @@ def test_decision_takes_examples_as_pairs_or_mappings_and_names_bad_ones():
         class Wrong(BaseModel):
             department: Annotated[Literal["billing", "shipping"], ask("Which team handles it")]
 
+    @decision(examples=[["As a list", {"department": "billing"}]])
+    class Listed(BaseModel):
+        department: Annotated[Literal["billing", "shipping"], ask("Which team handles it")]
+
+    assert rubric_of(Listed).examples[0].text == "As a list"
+    with pytest.raises(RubricError, match=r"examples: expected a list of \(text, \{field: answer\}\) pairs .*got str"):
+        @decision(examples="I was charged twice")
+        class Bare(BaseModel):
+            department: Annotated[Literal["billing", "shipping"], ask("Which team handles it")]
+
 
 def test_a_rubric_without_examples_keys_as_before_examples_existed():
     # Heads, calibrations and head caches are keyed on `Rubric.key`: adding the setting must not
@@ -102,4 +112,38 @@ def test_a_rubric_without_examples_keys_as_before_examples_existed():
     plain = loads_rubric(RUBRIC.split("examples:")[0])
     assert "examples" not in plain.key
     assert plain.key == plain.model_dump_json(exclude={"examples"})
+    # This rubric's heads fingerprint as the release before examples computed it.
+    from decisionflow.runtime.heads import rubric_fingerprint
+
+    assert rubric_fingerprint(plain) == "6f50cfffba646f6cd4c062d503836be0"
     assert loads_rubric(RUBRIC).key != plain.key and "I was charged twice" in loads_rubric(RUBRIC).key
+
+
+DEPENDENT = """\
+name: desk
+fields:
+  topic: {kind: choice, question: Which topic, options: [billing, tech]}
+  detail:
+    kind: choice
+    question: Which detail
+    options_by: {topic: {billing: [refund, invoice], tech: [crash, login]}}
+  urgent: {kind: boolean, question: Whether it is urgent, when: {topic: tech}}
+examples:
+  - text: The app crashes on start
+    answers: ANSWERS
+"""
+
+
+@pytest.mark.parametrize(("answers", "expected"), [
+    ("{topic: billing, detail: crash}", "examples.0.answers.detail: 'crash' is not offered when 'topic' is 'billing' "
+                                        "(offered: 'refund', 'invoice')"),
+    ("{topic: billing, urgent: true}", "examples.0.answers.urgent: 'urgent' is asked only when 'topic' is one of 'tech'; "
+                                       "the example answers 'topic' with 'billing'"),
+    ("{detail: crash}", "examples.0.answers.detail: 'detail' depends on 'topic', which the example does not answer"),
+])
+def test_an_example_answers_dependent_fields_only_as_the_engine_could(answers: str, expected: str):
+    with pytest.raises(RubricError) as raised:
+        loads_rubric(DEPENDENT.replace("ANSWERS", answers))
+    assert expected in str(raised.value)
+    rubric = loads_rubric(DEPENDENT.replace("ANSWERS", "{topic: tech, detail: crash, urgent: true}"))
+    assert rubric.examples[0].answers == {"topic": "tech", "detail": "crash", "urgent": True}
