@@ -17,8 +17,8 @@ on the same rows):
 The field keeps the head only when it is right on more rows across folds than zero-shot and McNemar's
 exact p of that difference is below `significance` (0.05; 1 keeps any win); otherwise zero-shot. A
 score field's head must instead be nearer the gold level on average, with Wilcoxon's signed-rank test
-on the paired errors below `significance`; of its heads that do, the more accurate is kept unless
-the other is significantly nearer (`_kept_head`). Each candidate's figure comes with its 95 % Wilson
+on the paired errors below `significance`; of its heads that do, the nearer is kept unless the other
+is right on significantly more rows (`_kept_head`). Each candidate's figure comes with its 95 % Wilson
 interval and its p against zero-shot on the same rows. A field with fewer than `min_rows_per_label`
 rows for some answer gets no head; a score field gets its heads from `MIN_ORDINAL_ROWS` rows over two
 levels (the multinomial one where two levels have `min_rows_per_label` rows, never answering a level
@@ -323,11 +323,11 @@ def fit_field(
 ) -> tuple[FieldHeadInfo, FieldHead | None, str]:
     """One field's fit: its info (candidates, choice), its head when a fitted one wins, and a warning line.
 
-    A score field cross-validates an ordinal head beside the multinomial one (and alone, where some
-    level lacks rows for the multinomial one); of the two, the more accurate is kept unless the other
-    is significantly nearer the gold levels (`_better_head`). A score's head is compared with zero-shot
-    by distance to the gold level: a smaller mean absolute error, with Wilcoxon's signed-rank test on
-    the paired errors significant. An answer four levels off is worse than one level off; exact
+    A score field cross-validates an ordinal head beside the multinomial one (and alone, where fewer
+    than two levels have rows enough for the multinomial one); of those that beat zero-shot, the nearer
+    the gold levels is kept unless the other is right on significantly more rows (`_better_head`). A
+    score's head is compared with zero-shot by distance to the gold level: a smaller mean absolute
+    error, with Wilcoxon's signed-rank test on the paired errors significant. An answer four levels off is worse than one level off; exact
     agreement alone cannot see that (ranked by exact agreement, 30 rated tweets kept zero-shot, 3.7
     levels off on average, against a head 0.9 levels off: docs/fitting.md)."""
     spec = rubric.fields[name]
@@ -459,18 +459,25 @@ def _too_few_rows(labels: Sequence[str], counts: Mapping[str, int], short: Mappi
 
 
 def _better_head(candidates: Mapping[str, Candidate], errors: Mapping[str, list[int] | None], significance: float) -> str:
-    """Of the heads tried, the one with the higher cross-validated accuracy (ties: the smaller error),
-    unless the other's errors are significantly smaller (Wilcoxon on the paired errors). Measured on
-    rated sentiment: from 300 rows the two heads' mean errors were equal while the multinomial head
-    was right on more rows on three sets of four (up to 13 points on dev), and with 30-100 rows the
-    ordinal head was nearer (docs/fitting.md)."""
-    heads = list(errors)
-    best = max(heads, key=lambda readout: (candidates[readout].accuracy, -(candidates[readout].mean_absolute_error or 0.0)))
-    for other in heads:
+    """Of the heads tried, a score's the one nearer the gold levels (ties: the more accurate), unless
+    the other is right on significantly more rows (McNemar's exact test on the paired rows); any other
+    field's, the more accurate. Measured on rated sentiment: with 30-100 rows the ordinal head was
+    nearer on all four sets, and from 300 rows the two were equally near while the multinomial head
+    was right on up to 13 points more rows on three of them (docs/fitting.md)."""
+    from scipy.stats import binomtest
+
+    def rank(readout: str) -> tuple[float, float]:
+        return _rank(candidates[readout], score=errors[readout] is not None)
+
+    heads = sorted(errors, key=rank)
+    best = heads[0]
+    for other in heads[1:]:
         mine, theirs = errors[best], errors[other]
-        if other == best or mine is None or theirs is None or sum(theirs) >= sum(mine):
+        if mine is None or theirs is None or candidates[other].accuracy <= candidates[best].accuracy:
             continue
-        if significance >= 1 or _wilcoxon(theirs, mine) < significance:
+        wins = sum(t == 0 != m for m, t in zip(mine, theirs))
+        losses = sum(m == 0 != t for m, t in zip(mine, theirs))
+        if significance >= 1 or binomtest(wins, wins + losses, 0.5).pvalue < significance:
             best = other
     return best
 
