@@ -381,7 +381,8 @@ def create_app(engine: Any, registry: RubricRegistry | None = None, settings: Se
     """The ASGI app serving `engine` (already loaded); rubrics by name from `registry` (default: the shipped workflows).
 
     Fitted heads in `registry` are checked against `engine` first: heads fitted for another model, rubric,
-    prompt or option set are a `RubricError` naming each file, and no app is made. The engine's
+    prompt or option set are a `RubricError` naming each file, and no app is made; so is a rubric whose
+    prompt leaves the model's context no room for an input. The engine's
     `max_batch_tokens` is set to the batching token budget (one model call packs what the batcher gathers)."""
     settings = settings or ServeSettings()
     settings = replace(settings, limits=replace(settings.limits, max_body_bytes=body_limit_for(engine, settings.limits)))
@@ -391,6 +392,7 @@ def create_app(engine: Any, registry: RubricRegistry | None = None, settings: Se
     _give_engine_the_budget(engine, settings.batching.token_budget)
     prepared = getattr(engine, "prepared", None)
     if prepared is not None:
+        registry.check_prompts(engine)
         for entry in registry.entries.values():
             prepared.pin(entry.rubric)  # new question sets never push a served rubric out of the cache
         metrics.watch_prepared(prepared)

@@ -105,6 +105,21 @@ class RubricRegistry:
         if problems:
             raise RubricError(problems)
 
+    def check_prompts(self, engine: Any) -> None:
+        """Refuse, all problems at once, served rubrics whose prompt and answers leave the model's context
+        no room for an input (many long in-context examples, say): every request would be refused."""
+        from ..runtime.executor import check_fits
+
+        problems = []
+        for entry in self.entries.values():
+            try:
+                compiled, _ = engine.compile(entry.rubric)
+                check_fits(compiled, [], engine.backend.max_positions)
+            except DecisionflowError as error:
+                problems.append(Problem(str(entry.path), "", str(error)))
+        if problems:
+            raise RubricError(problems)
+
     def get(self, name: str) -> Registered | None:
         return self.entries.get(name)
 

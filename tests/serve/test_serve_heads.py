@@ -332,3 +332,23 @@ def test_the_batcher_passes_a_groups_heads_and_none_where_there_are_none():
     calls, heads = asyncio.run(scenario())
     assert calls == [{"payloads": ["a", "b"], "calibration": None, "heads": heads},
                      {"payloads": ["c"], "calibration": None}]
+
+
+def test_a_rubric_whose_examples_fill_the_context_stops_the_server_naming_it(engine, tmp_path, monkeypatch):
+    folder = tmp_path / "rubrics"
+    folder.mkdir()
+    long_text = " ".join(["The parcel arrived late and the invoice listed an extra charge."] * 60)
+    examples = "".join(f"  - text: {long_text}\n    answers: {{queue: billing}}\n" for _ in range(12))
+    crowded = folder / "crowded.yaml"
+    crowded.write_text("name: crowded\nfields:\n  queue: {kind: choice, question: Which queue, options: [billing, shipping]}\n"
+                       f"examples:\n{examples}", encoding="utf-8")
+    (folder / "tickets.yaml").write_text(TICKETS, encoding="utf-8")
+    with pytest.raises(RubricError) as refused:
+        create_app(engine, RubricRegistry.from_folder(folder))
+    (problem,) = refused.value.problems  # the other rubric fits
+    assert problem.source == str(crowded)
+    assert "before any input, but the model's context holds" in problem.message and "in-context examples" in problem.message
+    result, _ = invoke_serve(monkeypatch, engine, "--rubrics", str(folder))
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{crowded}: "), result.output
