@@ -161,6 +161,11 @@ class PreparedRubrics:
 
     # -- preparing ---------------------------------------------------------------------------
 
+    def compile(self, rubric: Rubric) -> CompiledRubric:
+        """The rubric compiled as `get` compiles it, without keeping it (no cache entry, no count)."""
+        return compile_rubric(self.view.tokenizer, rubric, mode=self.mode, view=self.view, catalog=self.catalog,
+                              pin_first=self.pin_first)
+
     def get(self, rubric: Rubric, *, check: Callable[[PreparedRubric], None] | None = None) -> PreparedRubric:
         """The rubric compiled and planned (its head comes with `ensure_head`). `check` sees a newly
         compiled rubric before it is kept and may refuse it by raising: nothing is then cached."""
@@ -172,8 +177,7 @@ class PreparedRubrics:
                 self.counts.hits += 1
                 return prepared
         began = time.perf_counter()
-        compiled = compile_rubric(self.view.tokenizer, rubric, mode=self.mode, view=self.view, catalog=self.catalog,
-                                  pin_first=self.pin_first)
+        compiled = self.compile(rubric)
         plan = make_plan(rubric, pin_first=self.pin_first)
         compile_ms = (time.perf_counter() - began) * 1000
         made = PreparedRubric(compiled, plan, compile_ms=compile_ms)

@@ -113,8 +113,8 @@ class RubricRegistry:
         problems = []
         for entry in self.entries.values():
             try:
-                compiled, _ = engine.compile(entry.rubric)
-                check_fits(compiled, [], engine.backend.max_positions)
+                # Compiled apart from the engine's cache: serving charges and counts what that holds.
+                check_fits(engine.prepared.compile(entry.rubric), [], engine.backend.max_positions)
             except DecisionflowError as error:
                 problems.append(Problem(str(entry.path), "", str(error)))
         if problems:
