@@ -482,10 +482,8 @@ class Rubric(_Frozen):
                 yield f"examples.{index}.answers: unknown field {shown(name)} (fields: {known})"
             elif spec.derive is not None:
                 yield f"{where}: {name!r} is derived in code, not answered by the model; leave it out"
-            elif not any(value == a and type(value) is type(a) for a in spec.values):
-                same_text = next((a for a in spec.values if label_of(a) == label_of(value)), None)
-                hint = "" if same_text is None else f"; the answer is {_written(same_text)}, of another type"
-                yield f"{where}: {shown(value)} is not an allowed answer of {name!r} (allowed: {listing(spec.values, repr)}){hint}"
+            elif (problem := _not_an_answer(value, name, spec.values)) is not None:
+                yield f"{where}: {problem}"
             else:
                 yield from self._example_dependency_problems(where, name, value, example.answers)
 
@@ -501,7 +499,7 @@ class Rubric(_Frozen):
                 return
         if spec.when is not None and spec.when.field in self.fields:
             given = answers[spec.when.field]
-            if not any(given == v and type(given) is type(v) for v in spec.when.values):
+            if not spec.when.holds(answers):
                 yield (f"{where}: {name!r} is asked only when {spec.when.field!r} is one of "
                        f"{listing(spec.when.values, repr)}; the example answers {spec.when.field!r} with {shown(given)}")
         if spec.options_by is not None and spec.options_by.field in self.fields:
@@ -543,12 +541,9 @@ class Rubric(_Frozen):
             else:
                 allowed = target.values
                 for value in spec.when.values:
-                    if not any(value == a and type(value) is type(a) for a in allowed):
-                        # The coercion policy: `"true"` or `1` is not the answer `true`; say how to write it.
-                        same_text = next((a for a in allowed if label_of(a) == label_of(value)), None)
-                        hint = "" if same_text is None else f"; the answer is {_written(same_text)}, of another type"
-                        yield (f"fields.{key}.when: {shown(value)} is not an allowed answer of "
-                               f"{spec.when.field!r} (allowed: {listing(allowed, repr)}){hint}")
+                    problem = _not_an_answer(value, spec.when.field, allowed)
+                    if problem is not None:
+                        yield f"fields.{key}.when: {problem}"
         reported: set[tuple[str, str]] = set()
         for dep, where in ([(spec.options_by.field, "options_by")] if spec.options_by else []) + [
             (read, "derive") for read in (spec.derive.reads if spec.derive else ())
@@ -609,6 +604,16 @@ class Rubric(_Frozen):
         without in-context examples keys as it did before rubrics could carry them, so heads fitted
         then still load."""
         return self.model_dump_json(exclude={"examples"} if not self.examples else None)
+
+
+def _not_an_answer(value: Any, name: str, allowed: tuple[Value, ...]) -> str | None:
+    """Why `value` is not one of field `name`'s `allowed` answers, or None. The coercion policy: `"true"`
+    or `1` is not the answer `true`, so an answer of the same text but another type says how to write it."""
+    if any(value == a and type(value) is type(a) for a in allowed):
+        return None
+    same_text = next((a for a in allowed if label_of(a) == label_of(value)), None)
+    hint = "" if same_text is None else f"; the answer is {_written(same_text)}, of another type"
+    return f"{shown(value)} is not an allowed answer of {name!r} (allowed: {listing(allowed, repr)}){hint}"
 
 
 def _check_answer_keys(per_answer: dict[Any, Any], parent: Any, *, at: Any) -> None:
