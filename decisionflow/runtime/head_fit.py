@@ -332,7 +332,8 @@ def fit_field(
     levels off on average, against a head 0.9 levels off: docs/fitting.md)."""
     spec = rubric.fields[name]
     labels = spec.labels
-    levels = [int(label) for label in labels] if spec.kind is FieldKind.SCORE else None
+    score = spec.kind is FieldKind.SCORE
+    levels = [int(label) for label in labels] if score else None
     counts = {label: 0 for label in labels}
     for index in data.gold:
         counts[labels[index]] += 1
@@ -342,14 +343,14 @@ def fit_field(
     candidates = {"zero_shot": _candidate(zero_shot_right, errors=_errors(levels, data.zero_shot_answer, data.gold))
                   } if data.gold else {}
     short = {label: n for label, n in counts.items() if n < min_rows_per_label}
-    ordinal = levels is not None and _ordinal_fits(counts)
+    ordinal = score and _ordinal_fits(counts)
     # A score's multinomial head needs rows at two levels; the levels without them are never answered
     # (a level is a point on a line: the data of a 0-9 scale rarely has a 9). Any other field's needs
     # rows at every answer.
-    multinomial = (not short) if levels is None else (
+    multinomial = (not short) if not score else (
         ordinal and sum(1 for n in counts.values() if n >= min_rows_per_label) >= 2)
     if not (multinomial or ordinal):
-        note = _too_few_rows(labels, counts, short, min_rows_per_label, score=levels is not None)
+        note = _too_few_rows(labels, counts, short, min_rows_per_label, score=score)
         return (FieldHeadInfo(readout="zero_shot", candidates=candidates, note=note, **base), None,
                 f"warning: field {name!r} keeps the zero-shot readout: {note}")
     try:
@@ -397,7 +398,6 @@ def fit_field(
             errors[readout] = _errors(levels, answers.tolist(), data.gold)
             candidates[readout] = _candidate((answers == gold).tolist(), zero_shot_right, errors=errors[readout],
                                              zero_shot_errors=zero_shot_errors)
-        score = levels is not None
         best, wins = _kept_head(candidates, errors, score=score, significance=significance)
         chosen_figure = candidates[best]
         better = _rank(chosen_figure, score=score) < _rank(candidates["zero_shot"], score=score)
@@ -408,9 +408,9 @@ def fit_field(
         elif wins:
             spread = _spread(tried["ordinal"], gold, values)
             head = _fit_ordinal(features, values[gold]).head(values, spread)
-    test = "Wilcoxon" if levels is not None else "McNemar"
+    test = "Wilcoxon" if score else "McNemar"
     note = "" if wins else (
-        (f"the zero-shot readout was at least as {'near the gold level' if levels is not None else 'accurate'} "
+        (f"the zero-shot readout was at least as {'near the gold level' if score else 'accurate'} "
          "across folds") if not better
         else f"the head's gain across folds was not significant ({test} p = {chosen_figure.p_vs_zero_shot:.2g}, "
              f"needs < {significance})")
@@ -464,8 +464,6 @@ def _better_head(candidates: Mapping[str, Candidate], errors: Mapping[str, list[
     field's, the more accurate. Measured on rated sentiment: with 30-100 rows the ordinal head was
     nearer on all four sets, and from 300 rows the two were equally near while the multinomial head
     was right on up to 13 points more rows on three of them (docs/fitting.md)."""
-    from scipy.stats import binomtest
-
     def rank(readout: str) -> tuple[float, float]:
         return _rank(candidates[readout], score=errors[readout] is not None)
 
@@ -475,11 +473,19 @@ def _better_head(candidates: Mapping[str, Candidate], errors: Mapping[str, list[
         mine, theirs = errors[best], errors[other]
         if mine is None or theirs is None or candidates[other].accuracy <= candidates[best].accuracy:
             continue
-        wins = sum(t == 0 != m for m, t in zip(mine, theirs))
-        losses = sum(m == 0 != t for m, t in zip(mine, theirs))
-        if significance >= 1 or binomtest(wins, wins + losses, 0.5).pvalue < significance:
+        if significance >= 1 or _mcnemar([t == 0 for t in theirs], [m == 0 for m in mine]) < significance:
             best = other
     return best
+
+
+def _mcnemar(right: Sequence[bool], other_right: Sequence[bool]) -> float:
+    """McNemar's exact p of paired right/wrong, as `quality.metrics.mcnemar_exact` (a step this one may
+    not import)."""
+    from scipy.stats import binomtest
+
+    wins = sum(a and not b for a, b in zip(right, other_right))
+    losses = sum(b and not a for a, b in zip(right, other_right))
+    return float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0
 
 
 def _wilcoxon(errors: Sequence[int], baseline: Sequence[int]) -> float:
@@ -535,7 +541,7 @@ class _PathHead:
         return FieldHead(tensor(weight), tensor(bias), tensor(self.mean), tensor(self.scale))
 
 
-def _temperature(held_out: Any, gold: Any) -> float:
+def _temperature(held_out: Any, gold: Any, *, log_bounds: tuple[float, float] = (-4.0, 4.0)) -> float:
     """The one factor the averaged scores are divided by: the lowest log-loss of the rows' out-of-fold
     scores. The average of a path's regressions is less confident than its accuracy warrants (its most
     regularised members are nearly flat): on BANKING77's dev rows its calibration error was 0.17, and
@@ -552,7 +558,7 @@ def _temperature(held_out: Any, gold: Any) -> float:
     def loss(log_temperature: float) -> float:
         return float(-log_softmax(held_out / math.exp(log_temperature), axis=1)[rows, gold].mean())
 
-    return math.exp(minimize_scalar(loss, bounds=(-4.0, 4.0), method="bounded").x)
+    return math.exp(minimize_scalar(loss, bounds=log_bounds, method="bounded").x)
 
 
 def _fit_path(features: Any, gold: Any, regularisation: Sequence[float]) -> _PathHead:
@@ -623,18 +629,12 @@ def _fit_ordinal(features: Any, values: Any) -> _OrdinalHead:
 
 def _spread(predicted: Any, gold: Any, values: Any) -> float:
     """The ordinal head's width in levels: the normal around each out-of-fold prediction, taken over the
-    levels, with the lowest log-loss of the rows' gold levels."""
+    levels, is a softmax of -(level - predicted)**2 / 2 at temperature width**2, fitted as the
+    multinomial head's temperature is (`_temperature`)."""
     import numpy as np
-    from scipy.optimize import minimize_scalar
-    from scipy.special import log_softmax
 
-    rows = np.arange(len(gold))
     distance = (values[None, :] - predicted[:, None]) ** 2
-
-    def loss(log_spread: float) -> float:
-        return float(-log_softmax(-distance / (2 * math.exp(2 * log_spread)), axis=1)[rows, gold].mean())
-
-    return math.exp(minimize_scalar(loss, bounds=(-4.0, 6.0), method="bounded").x)
+    return math.sqrt(_temperature(-distance / 2, np.asarray(gold), log_bounds=(-8.0, 12.0)))
 
 
 def _candidate(right: Sequence[bool], zero_shot_right: Sequence[bool] | None = None, *,
@@ -649,10 +649,7 @@ def _candidate(right: Sequence[bool], zero_shot_right: Sequence[bool] | None = N
     if zero_shot_right is not None and errors is not None and zero_shot_errors is not None:
         p = _wilcoxon(errors, zero_shot_errors)
     elif zero_shot_right is not None:
-        wins = sum(a and not b for a, b in zip(right, zero_shot_right))
-        losses = sum(b and not a for a, b in zip(right, zero_shot_right))
-        # McNemar's exact test, as `quality.metrics.mcnemar_exact` (a step this one may not import).
-        p = binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
+        p = _mcnemar(right, zero_shot_right)
     return Candidate(accuracy=k / n if n else 0.0, low=interval.low if interval else 0.0,
                      high=interval.high if interval else 0.0, rows=n, p_vs_zero_shot=p,
                      mean_absolute_error=sum(errors) / len(errors) if errors else None)
