@@ -4,8 +4,8 @@ At a field's answer position the model's last hidden state is what its LM head r
 next token. A fitted head reads the same position (and a lower layer) plus the field's zero-shot
 log-probabilities, and maps them to a distribution over the field's answers with a multinomial
 logistic regression learned from labelled rows (`head_fit`), or for a score field possibly an ordinal
-head: the level regressed on the features, read as a normal over the levels, also a linear map. It needs no extra pass and no extra
-token: the features come out of the pass that reads the field anyway.
+head: the level regressed on the features, read as a normal over the levels, also a linear map. It
+needs no extra pass and no extra token: the features come out of the pass that reads the field anyway.
 
 A rubric's heads live in one file beside it, `triage.yaml` -> `triage.heads.safetensors`: per fitted
 field its weights, bias and feature standardisation, and in the file's header the metadata that

@@ -373,6 +373,7 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
             fields[field_name] = _field_data(model, field_name, info, source)
         except _DeclarationError as error:
             problems.append(problem(source, f"fields.{field_name}", str(error)))
+    bad_examples = _examples_problem(examples)
     data = {
         "name": name if name is not None else _snake_case(model.__name__),
         "instructions": instructions if instructions is not None else _docstring(model),
@@ -382,10 +383,10 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
         "debias": debias,
         "catalog": catalog,
         "fields": fields,
-        "examples": [] if _examples_problem(examples) else [_example_data(example) for example in examples],
+        "examples": [] if bad_examples else [_example_data(example) for example in examples],
     }
-    if _examples_problem(examples):
-        problems.append(problem(source, "examples", _examples_problem(examples) or ""))
+    if bad_examples:
+        problems.append(problem(source, "examples", bad_examples))
     try:
         rubric = Rubric.model_validate(data, context=DECLARATION)
     except ValidationError as error:
