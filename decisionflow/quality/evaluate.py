@@ -186,19 +186,29 @@ def evaluate(
 
     `debias` overrides the readout correction (None: what the engine resolves, as `decisionflow run`).
     With fitted `heads` that answer the field, the zero-shot readout of the same passes is scored beside
-    the fitted one, with McNemar's exact test of the paired difference (`summary["zero_shot"]`)."""
+    the fitted one, with McNemar's exact test of the paired difference (`summary["zero_shot"]`). Where
+    the field reads answers a head gave (a later round, or derived from them), that zero-shot side is
+    instead a run without heads, read apart: what the engine answers when no head is applied
+    (`summary["readout"]` is then `zero_shot_after_fitted` for a field no head answers itself)."""
     progress_for = progress_for or (lambda _label: None)
     texts = [row.text for row in rows]
     gold = [row.gold[field_name] for row in rows]
     options = offered_labels(rubric.field(field_name))
     began = time.perf_counter()
-    readings, raw, zero_shot = read_rows_raw_and_zero_shot(
+    read = read_rows_raw_and_zero_shot(
         engine, target, texts, field_name, calibration=calibration, debias=debias, progress=progress_for("deciding"),
         heads=heads,
     )
+    readings, raw, zero_shot = read.readings, read.raw, read.zero_shot
     levels = rubric.field(field_name).kind is FieldKind.SCORE
     summary = score_readings(gold, readings, options, levels=levels)
-    summary["readout"] = "fitted" if zero_shot is not None else "zero_shot"
+    summary["readout"] = ("fitted" if zero_shot is not None
+                          else "zero_shot_after_fitted" if read.reads_fitted_answers else "zero_shot")
+    if read.reads_fitted_answers:
+        # Earlier answers came from heads, which a run without them could answer differently: the
+        # zero-shot side is the engine without heads (and without a calibration fitted after them).
+        zero_shot = read_rows(engine, target, texts, field_name, debias=debias,
+                              progress=progress_for("deciding, zero-shot"))
     if zero_shot is not None:
         summary["zero_shot"] = {
             **{k: v for k, v in score_readings(gold, zero_shot, options, levels=levels).items() if k != "reliability"},
@@ -310,13 +320,16 @@ def _title(summary: dict[str, Any]) -> str:
     return f"{summary.get('rubric', '')} {summary.get('field', '')} (n={summary['n']})".strip()
 
 
+_READOUT_WORDS = {"fitted": "fitted head, ", "zero_shot_after_fitted": "after fitted fields, "}
+
+
 def markdown_report(summary: dict[str, Any], *, has_plot: bool) -> str:
     """A short human-readable report of one eval run."""
     lines = [f"# Evaluation: {summary.get('rubric', '?')}, field `{summary.get('field', '?')}`", ""]
     if "data" in summary:
         lines += [f"Data: `{summary['data']}` ({summary['n']} rows; {summary.get('selection', '')}). "
                   f"Model: {summary.get('model', 'bundled')}.", ""]
-    readout = f"decisionflow ({'fitted head, ' if summary.get('readout') == 'fitted' else ''}{summary.get('debias', 'none')})"
+    readout = f"decisionflow ({_READOUT_WORDS.get(summary.get('readout'), '')}{summary.get('debias', 'none')})"
     methods = ([(readout, summary)]
                + ([(f"decisionflow zero-shot ({summary.get('debias', 'none')})", {**summary["zero_shot"], "n": summary["n"]})]
                   if "zero_shot" in summary else [])
@@ -334,8 +347,8 @@ def markdown_report(summary: dict[str, Any], *, has_plot: bool) -> str:
         lines += [f"Mean absolute error, in levels: {errors}.", ""]
     if "zero_shot" in summary:
         d = summary["zero_shot"]["fitted_vs_zero_shot"]
-        lines.append(f"Fitted head against zero-shot on the same {d['rows']} rows: {d['only_fitted_right']} right only with "
-                     f"the head, {d['only_zero_shot_right']} only zero-shot (McNemar exact p = {d['mcnemar_p']:.3g}).")
+        lines.append(f"With fitted heads against without, on the same {d['rows']} rows: {d['only_fitted_right']} right "
+                     f"only with heads, {d['only_zero_shot_right']} only without (McNemar exact p = {d['mcnemar_p']:.3g}).")
         lines.append("")
     if summary.get("n_out_of_scope"):
         lines.append(f"Accuracy, macro-F1 and ECE are over the {summary['n_in_scope']} in-scope rows; "

@@ -74,24 +74,40 @@ def read_rows_and_raw(
     where a raw run would read exactly the same: when the field is decided in the first round, before
     any answer is written into the prompt. Otherwise None: a raw run could write different earlier
     answers, so it must be read on its own."""
-    readings, raw, _ = read_rows_raw_and_zero_shot(engine, target, texts, field_name, calibration=calibration,
-                                                   debias=debias, progress=progress, heads=heads)
-    return readings, raw
+    read = read_rows_raw_and_zero_shot(engine, target, texts, field_name, calibration=calibration,
+                                       debias=debias, progress=progress, heads=heads)
+    return read.readings, read.raw
+
+
+@dataclass(frozen=True)
+class FieldReadings:
+    """One field's readings of many rows, and what the same passes can say about other readouts."""
+
+    readings: list[Reading]
+    raw: list[Reading] | None
+    """The raw readings (no correction, no head, no calibration) where a raw run would read exactly
+    these passes: the field is decided in the first round. Otherwise None (read them apart)."""
+    zero_shot: list[Reading] | None
+    """Where a fitted head answered the field: its zero-shot readings (after the correction, before the
+    head and the calibration). None when no head answered it."""
+    reads_fitted_answers: bool = False
+    """Some row's field read answers a fitted head gave (written into its prompt, or a derived field
+    computed from them): a run without heads could read it differently, so its zero-shot readings
+    here are not the engine's without heads."""
 
 
 def read_rows_raw_and_zero_shot(
     engine: Any, target: Any, texts: Sequence[str], field_name: str, *,
     calibration: Calibration | None = None, debias: str | None = None, progress: Progress | None = None,
     heads: Any = None,
-) -> tuple[list[Reading], list[Reading] | None, list[Reading] | None]:
+) -> FieldReadings:
     """`read_rows_and_raw`, and, where a fitted head answered the field, its zero-shot readings from
-    the same passes (the engine's readout before the head and the calibration; None when no head
-    answered it)."""
+    the same passes (see `FieldReadings`)."""
     names = list(rubric_of(target).fields)
     readings: list[Reading] = []
     raw: list[Reading] | None = []
     zero_shot: list[Reading] = []
-    fitted = False
+    fitted = reads_fitted = False
     for outcome in _decide(engine, target, texts, calibration, debias, progress, heads):
         if isinstance(outcome, DecisionflowError):
             failed = _failed(names, outcome)[field_name]
@@ -107,11 +123,22 @@ def read_rows_raw_and_zero_shot(
             zero_shot.append(_readings(outcome, view="zero_shot")[field_name])
         else:
             zero_shot.append(readings[-1])
+        reads_fitted = reads_fitted or _reads_fitted_answers(outcome, field_name)
         if raw is not None and result.round == 0 and result.raw_probabilities is not None:
             raw.append(_readings(outcome, view="raw")[field_name])
         else:
             raw = None
-    return readings, raw, zero_shot if fitted else None
+    return FieldReadings(readings, raw, zero_shot if fitted else None, reads_fitted)
+
+
+def _reads_fitted_answers(decision: Any, field_name: str) -> bool:
+    """Whether `field_name` was read after (or, derived, computed from) another field a head answered:
+    every later round's prompt carries the earlier rounds' answers."""
+    result = decision.fields[field_name]
+    # A derived field settles after its round's reads; a read field sees only earlier rounds' answers.
+    last_round = (result.round or 0) if result.method == "derived" else (result.round or 0) - 1
+    return any(name != field_name and other.method == "fitted" and (other.round or 0) <= last_round
+               for name, other in decision.fields.items())
 
 
 def _decide(

@@ -345,3 +345,52 @@ def test_fit_a_score_field_reports_both_heads_and_their_errors(tmp_path: Path):
     assert f"1 of 1 labelled fields answer with a fitted head ({kept})" in result.stdout
     assert "MAE" in result.stdout and "ordinal" in result.stdout
     assert (info["spread"] is not None) == (info["head"] == "ordinal")
+
+
+PINNED_YAML = """\
+name: pinned_review
+instructions: Classify one sentence from a movie review.
+answer_format: labels
+pin_first: true
+fields:
+  code:
+    kind: choice
+    question: Which code the sentence gets
+    options: [k1, k2]
+  sentiment:
+    kind: choice
+    question: Whether the sentence is negative or positive about the film
+    options: [negative, positive]
+"""
+
+
+def test_eval_compares_a_field_read_after_a_fitted_one_with_a_run_without_heads(engine, tmp_path: Path):
+    """`sentiment` is read after the pinned `code`, which only a head answers: its zero-shot side is the
+    engine without heads (a second run), not the same passes, whose prompts carry the head's codes."""
+    rubric = tmp_path / "pinned_review.yaml"
+    rubric.write_text(PINNED_YAML, encoding="utf-8")
+    rows = write_rows(tmp_path / "rows.csv", labelled())
+    # Read first, before the sentiment question, the code's head is better than zero-shot but not
+    # significantly on 40 rows: kept anyway, as `--significance 1` would.
+    result = engine.fit(load_rubric(rubric), [(r["text"], {"code": r["code"]}) for r in labelled()], significance=1.0)
+    assert result.fields["code"].readout == "fitted"
+    result.heads.save(Heads.path_for(rubric))
+
+    after = invoke("eval", rubric, "--data", rows, "--field", "sentiment", "--rows", "0:16")
+    assert after.exit_code == 0, after.output
+    headed = json.loads(after.stdout)
+    assert headed["readout"] == "zero_shot_after_fitted"
+    plain = invoke("eval", rubric, "--data", rows, "--field", "sentiment", "--rows", "0:16", "--no-heads")
+    assert plain.exit_code == 0, plain.output
+    unheaded = json.loads(plain.stdout)
+    assert unheaded["readout"] == "zero_shot" and "zero_shot" not in unheaded
+    for figure in ("accuracy", "ece", "mean_candidate_mass"):
+        assert headed["zero_shot"][figure] == pytest.approx(unheaded[figure], abs=1e-6)
+    # The head's codes written into the prompt moved sentiment's distributions.
+    assert headed["ece"] != pytest.approx(unheaded["ece"], abs=1e-6)
+    assert headed["zero_shot"]["fitted_vs_zero_shot"]["rows"] == 16
+
+    pinned = invoke("eval", rubric, "--data", rows, "--field", "code", "--rows", "0:16")
+    assert pinned.exit_code == 0, pinned.output
+    code = json.loads(pinned.stdout)
+    assert code["readout"] == "fitted" and code["accuracy"] > code["zero_shot"]["accuracy"]
