@@ -36,7 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from .kinds import StrictValue, Value
+from .kinds import StrictValue, Value, is_one_of
 
 
 class _Rule(BaseModel):
@@ -64,9 +64,9 @@ class FieldTest(_Rule):
         if answer is None:
             return False  # a field that was not asked (or abstained) passes no test
         if self.is_ is not None:
-            return _same(answer, self.is_)
+            return is_one_of(answer, (self.is_,))
         if self.in_ is not None:
-            return any(_same(answer, value) for value in self.in_)
+            return is_one_of(answer, self.in_)
         if isinstance(answer, bool) or not isinstance(answer, int):
             return False
         return answer >= self.at_least if self.at_least is not None else answer <= self.at_most  # type: ignore[operator]
@@ -198,10 +198,6 @@ Derivation = Annotated[
     Union[Annotated[RuleTable, Tag("table")], Annotated[CodeRule, Tag("code")]],
     Discriminator(lambda v: "code" if isinstance(v, CodeRule) or (isinstance(v, dict) and "code" in v) else "table"),
 ]
-
-
-def _same(answer: Value, value: Value) -> bool:
-    return answer == value and type(answer) is type(value)
 
 
 for _model in (AnyOf, AllOf, Not, Rule):

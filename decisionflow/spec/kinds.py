@@ -14,6 +14,12 @@ Value = str | bool | int
 StrictValue = StrictStr | StrictBool | StrictInt
 
 
+def is_one_of(value: object, allowed: object) -> bool:
+    """Whether `value` is among `allowed` under the coercion policy: equal and of the same type (`True`
+    equals `1` in Python, but `1` is not the answer `true`)."""
+    return any(value == a and type(value) is type(a) for a in allowed)
+
+
 class FieldKind(str, Enum):
     CHOICE = "choice"
     BOOLEAN = "boolean"

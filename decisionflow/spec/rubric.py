@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from .derived import Derivation
-from .kinds import AnswerFormat, Catalog, Debias, FieldKind, StrictValue, Value
+from .kinds import AnswerFormat, Catalog, Debias, FieldKind, StrictValue, Value, is_one_of
 from .rubric_checks import RubricProblems, derivation_problems, find_cycle, may_be_unanswered
 from .text import has_visible, listing, refused_character, shown, without_invisible
 
@@ -93,9 +93,7 @@ class Condition(_Frozen):
 
     def holds(self, answers: dict[str, Value | None]) -> bool:
         answer = answers.get(self.field)
-        return answer is not None and any(
-            answer == value and type(answer) is type(value) for value in self.values
-        )
+        return answer is not None and is_one_of(answer, self.values)
 
 
 class OptionsBy(_Frozen):
@@ -609,7 +607,7 @@ class Rubric(_Frozen):
 def _not_an_answer(value: Any, name: str, allowed: tuple[Value, ...]) -> str | None:
     """Why `value` is not one of field `name`'s `allowed` answers, or None. The coercion policy: `"true"`
     or `1` is not the answer `true`, so an answer of the same text but another type says how to write it."""
-    if any(value == a and type(value) is type(a) for a in allowed):
+    if is_one_of(value, allowed):
         return None
     same_text = next((a for a in allowed if label_of(a) == label_of(value)), None)
     hint = "" if same_text is None else f"; the answer is {_written(same_text)}, of another type"

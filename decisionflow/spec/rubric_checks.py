@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .derived import CodeRule, RuleTable
-from .kinds import FieldKind, Value
+from .kinds import FieldKind, Value, is_one_of
 from .text import listing, shown
 
 
@@ -74,7 +74,7 @@ def derivation_problems(key: str, spec: Any, fields: dict[str, Any]) -> Iterator
                 target = fields[test.field]
                 wanted = [test.is_] if test.is_ is not None else list(test.in_ or ())
                 for value in wanted:
-                    if not any(value == a and type(value) is type(a) for a in target.values):
+                    if not is_one_of(value, target.values):
                         yield (f"fields.{key}.derive.rules.{number}: {shown(value)} is not an answer of "
                                f"{test.field!r} (allowed: {listing(target.values, repr)})")
                 if test.at_least is None and test.at_most is None:
@@ -87,7 +87,7 @@ def derivation_problems(key: str, spec: Any, fields: dict[str, Any]) -> Iterator
                 if problem:
                     yield f"fields.{key}.derive.rules.{number}: {problem}"
         for value in rule.outputs:
-            if not any(value == a and type(value) is type(a) for a in allowed):
+            if not is_one_of(value, allowed):
                 yield (f"fields.{key}.derive: the rule can give {shown(value)}, which is not an allowed "
                        f"answer of {key!r} (allowed: {listing(allowed, repr)})")
         return
@@ -111,7 +111,7 @@ def derivation_problems(key: str, spec: Any, fields: dict[str, Any]) -> Iterator
             yield (f"fields.{key}.derive: the function raised {type(error).__name__}: {error} for "
                    f"{answers}")
             return
-        if not any(value == a and type(value) is type(a) for a in allowed):
+        if not is_one_of(value, allowed):
             yield (f"fields.{key}.derive: the function returns {shown(value)} for {answers}, which is not "
                    f"an allowed answer of {key!r} (allowed: {listing(allowed, repr)})")
             return
