@@ -55,8 +55,8 @@ __all__ = [
 ]
 
 def score_readings(gold: Sequence[str], readings: Sequence[Reading], options: Sequence[str], *,
-                   levels: bool = False) -> dict[str, Any]:
-    """The eval.json figures for the engine on these rows. `levels`: the field is a score, whose
+                   score: bool = False) -> dict[str, Any]:
+    """The eval.json figures for the engine on these rows. `score`: the field is a score, whose
     labels are integers; its mean absolute error (in levels, over the in-scope rows it answered) is added."""
     offered = set(options)
     in_scope = [i for i, g in enumerate(gold) if g in offered]
@@ -78,7 +78,7 @@ def score_readings(gold: Sequence[str], readings: Sequence[Reading], options: Se
         "errors": sum(bool(r.error) for r in readings),
         "reliability": [vars(b) for b in metrics.reliability_bins(confidences, correct)],  # type: ignore[arg-type]
     }
-    if levels:
+    if score:
         distances = [abs(int(readings[i].predicted) - int(gold[i])) for i in in_scope if readings[i].predicted is not None]
         summary["mean_absolute_error"] = sum(distances) / len(distances) if distances else None
     if out_of_scope:
@@ -200,8 +200,8 @@ def evaluate(
         heads=heads,
     )
     readings, raw, zero_shot = read.readings, read.raw, read.zero_shot
-    levels = rubric.field(field_name).kind is FieldKind.SCORE
-    summary = score_readings(gold, readings, options, levels=levels)
+    score = rubric.field(field_name).kind is FieldKind.SCORE
+    summary = score_readings(gold, readings, options, score=score)
     summary["readout"] = ("fitted" if zero_shot is not None
                           else "zero_shot_after_fitted" if read.reads_fitted_answers else "zero_shot")
     if read.reads_fitted_answers:
@@ -211,7 +211,7 @@ def evaluate(
                               progress=progress_for("deciding, zero-shot"))
     if zero_shot is not None:
         summary["zero_shot"] = {
-            **{k: v for k, v in score_readings(gold, zero_shot, options, levels=levels).items() if k != "reliability"},
+            **{k: v for k, v in score_readings(gold, zero_shot, options, score=score).items() if k != "reliability"},
             "fitted_vs_zero_shot": paired_difference(gold, readings, zero_shot, options),
         }
     summary["debias"] = applied = applied_correction(readings)
@@ -222,7 +222,7 @@ def evaluate(
         # The field reads earlier answers, which the raw readout could choose differently: read it apart.
         raw = read_rows(engine, target, texts, field_name, debias=Debias.NONE.value, progress=progress_for("deciding, raw"))
     if raw is not None:
-        summary["raw"] = {k: v for k, v in score_readings(gold, raw, options, levels=levels).items() if k != "reliability"}
+        summary["raw"] = {k: v for k, v in score_readings(gold, raw, options, score=score).items() if k != "reliability"}
     settings = calibration.fields.get(field_name) if calibration else None
     if summary.get("n_out_of_scope") or (settings and (settings.min_candidate_mass is not None or settings.min_probability is not None)):
         summary["abstention"] = {

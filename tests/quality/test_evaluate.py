@@ -213,7 +213,7 @@ def test_calibration_fit_is_saved_beside_a_rubric_copy_and_keeps_winners(engine,
 def test_a_score_fields_mean_absolute_error_is_over_the_rows_it_answered():
     readings = [Reading(predicted="3"), Reading(predicted="7"), Reading(predicted=None, error="too long"),
                 Reading(predicted="0")]
-    summary = score_readings(["5", "7", "2", "9"], readings, [str(level) for level in range(8)], levels=True)
+    summary = score_readings(["5", "7", "2", "9"], readings, [str(level) for level in range(8)], score=True)
     # Rows 0 and 1 answered in scope (9 is not a level): |3 - 5| and |7 - 7|.
     assert summary["mean_absolute_error"] == pytest.approx(1.0)
     assert "mean_absolute_error" not in score_readings(["a"], [_reading("a", 0.9, 0.8)], ["a", "b"])
