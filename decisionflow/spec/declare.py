@@ -36,7 +36,7 @@ from pydantic.fields import FieldInfo
 
 from .derived import CodeRule
 from .problems import RubricError, problem, problems_from_validation, rubric_error
-from .rubric import DECLARATION, AnswerFormat, FieldKind, FieldSpec, Rubric, label_of
+from .rubric import DECLARATION, AnswerFormat, FieldKind, FieldSpec, InContextExample, Rubric, label_of
 from .text import listing, shown
 
 ModelT = TypeVar("ModelT", bound=type[BaseModel])
@@ -374,6 +374,10 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
         except _DeclarationError as error:
             problems.append(problem(source, f"fields.{field_name}", str(error)))
     bad_examples = _examples_problem(examples)
+    # An item of the wrong shape is named here (pydantic would only say it is not a mapping); the items
+    # are then validated once every one has the right shape, so their indices stay the ones written.
+    misshapen = [] if bad_examples else [(f"examples.{index}", reason) for index, example in enumerate(examples)
+                                         if (reason := _example_shape_problem(example))]
     data = {
         "name": name if name is not None else _snake_case(model.__name__),
         "instructions": instructions if instructions is not None else _docstring(model),
@@ -383,10 +387,11 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
         "debias": debias,
         "catalog": catalog,
         "fields": fields,
-        "examples": [] if bad_examples else [_example_data(example) for example in examples],
+        "examples": [] if bad_examples or misshapen else [_example_data(example) for example in examples],
     }
     if bad_examples:
         problems.append(problem(source, "examples", bad_examples))
+    problems += [problem(source, where, reason) for where, reason in misshapen]
     try:
         rubric = Rubric.model_validate(data, context=DECLARATION)
     except ValidationError as error:
@@ -408,6 +413,18 @@ def _example_data(example: Any) -> Any:
     if isinstance(example, typing.Sequence) and not isinstance(example, (str, bytes)) and len(example) == 2:
         return {"text": example[0], "answers": example[1]}
     return example
+
+
+def _example_shape_problem(example: Any) -> str | None:
+    if isinstance(example, (Mapping, InContextExample)):
+        return None
+    if isinstance(example, typing.Sequence) and not isinstance(example, (str, bytes)):
+        if len(example) == 2:
+            return None
+        return (f"expected a (text, {{field: answer}}) pair, got a {type(example).__name__} of {len(example)} "
+                f"item{'s' if len(example) != 1 else ''}")
+    return (f"expected a (text, {{field: answer}}) pair or a {{'text': ..., 'answers': ...}} mapping, "
+            f"got {shown(example)}")
 
 
 def _examples_problem(examples: Any) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 import pytest
@@ -104,6 +105,21 @@ def test_decision_takes_examples_as_pairs_or_mappings_and_names_bad_ones():
         @decision(examples="I was charged twice")
         class Bare(BaseModel):
             department: Annotated[Literal["billing", "shipping"], ask("Which team handles it")]
+
+
+@pytest.mark.parametrize(("examples", "expected"), [
+    ([("I was charged twice",)], r"examples\.0: expected a \(text, \{field: answer\}\) pair, got a tuple of 1 item$"),
+    ([("ok", {"department": "billing"}), ("a", "b", "c")], r"examples\.1: expected .* pair, got a tuple of 3 items$"),
+    (["I was charged twice"], r"examples\.0: expected .* or a \{'text': \.\.\., 'answers': \.\.\.\} mapping, got 'I was"),
+    ([42], r"examples\.0: expected .* mapping, got 42$"),
+])
+def test_an_example_of_the_wrong_shape_is_named_with_its_index(examples, expected):
+    with pytest.raises(RubricError) as raised:
+        @decision(examples=examples)
+        class Desk(BaseModel):
+            department: Annotated[Literal["billing", "shipping"], ask("Which team handles it")]
+    [line] = str(raised.value).splitlines()
+    assert re.search(expected, line), line
 
 
 def test_a_rubric_without_examples_keys_as_before_examples_existed():
