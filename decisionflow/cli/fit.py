@@ -92,6 +92,9 @@ def fit_command(
             raise typer.Exit(2)
         output = Heads.path_for(rubric_ref)
     refuse_output(err, output, folder=False, option="--output")
+    if problem := Heads.save_problem(output):
+        say(err, f"error: --output {problem}")
+        raise typer.Exit(2)
     chosen_layers = guarded(ctx, err, lambda: _layers(layers))
     target, rubric = load_target_and_rubric(ctx, rubric_ref, err)
     examples, skipped = guarded(ctx, err, lambda: _examples(rubric, data, label or [], text_column, rows, skip_unknown_labels))

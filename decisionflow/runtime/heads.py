@@ -220,11 +220,31 @@ class Heads:
 
     # -- files --------------------------------------------------------------------------------
 
+    @staticmethod
+    def save_problem(path: str | Path) -> str | None:
+        """Why `save(path)` would overwrite a file that is not a heads file: `path` itself, or the name
+        its readable metadata copy takes (a data file, a rubric, `fit --json`'s own redirect); None when
+        both are free or hold heads (a refit rewrites them)."""
+        path = Path(path)
+        copy = readable_copy(path)
+        if path.is_file() and not _holds_heads(path):
+            return f"{path} exists and is not a heads file; give another path (saving would replace it)"
+        if copy.is_dir():
+            return f"{copy}, where the heads' readable metadata goes, is a folder; give another path"
+        if copy.is_file() and not _holds_heads_metadata(copy):
+            return (f"{copy}, where the heads' readable metadata goes beside {path.name}, holds another file; "
+                    "give another path (saving would replace it)")
+        return None
+
     def save(self, path: str | Path) -> Path:
-        """Write the heads atomically; a readable copy of the metadata goes beside (`.json`)."""
+        """Write the heads atomically; a readable copy of the metadata goes beside (`.json`). Refused
+        (a `HeadsError`) where either would replace a file that is not a heads file (`save_problem`)."""
         from safetensors.torch import save_file
 
         path = Path(path)
+        problem = self.save_problem(path)
+        if problem:
+            raise HeadsError(problem)
         path.parent.mkdir(parents=True, exist_ok=True)
         tensors = {}
         for name, head in self.heads.items():
@@ -329,6 +349,24 @@ class Heads:
                 if head.feature_size != expected:
                     raise HeadsError(f"{where}the head of field {name!r} reads {head.feature_size} features; this model "
                                      f"gives {expected}; fit again")
+
+
+def _holds_heads(path: Path) -> bool:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return METADATA_KEY in (handle.metadata() or {})
+    except (SafetensorError, OSError, ValueError):
+        return False
+
+
+def _holds_heads_metadata(path: Path) -> bool:
+    try:
+        HeadsMetadata.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError):
+        return False
+    return True
 
 
 def readable_copy(path: Path) -> Path:

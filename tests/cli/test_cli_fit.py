@@ -394,3 +394,37 @@ def test_eval_compares_a_field_read_after_a_fitted_one_with_a_run_without_heads(
     assert pinned.exit_code == 0, pinned.output
     code = json.loads(pinned.stdout)
     assert code["readout"] == "fitted" and code["accuracy"] > code["zero_shot"]["accuracy"]
+
+
+def test_fit_never_saves_over_a_file_that_is_not_a_heads_file(tmp_path: Path):
+    """The data file, the rubric, or the readable metadata copy's name holding another file (`--json >
+    X.json` beside `--output X.safetensors`) are refused before the model loads, their bytes kept."""
+    rubric, rows = project(tmp_path)
+    data_bytes, rubric_bytes = rows.read_bytes(), rubric.read_bytes()
+    for output in (rows, rubric):
+        result = invoke("fit", rubric, "--data", rows, "--output", output)
+        assert result.exit_code == 2
+        assert only_lines(result) == [f"error: --output {output} exists and is not a heads file; give another path "
+                                      "(saving would replace it)"]
+    report = tmp_path / "b3.json"
+    report.write_text("", encoding="utf-8")
+    result = invoke("fit", rubric, "--data", rows, "--output", tmp_path / "b3.safetensors", "--json")
+    assert result.exit_code == 2
+    assert only_lines(result) == [f"error: --output {report}, where the heads' readable metadata goes beside "
+                                  "b3.safetensors, holds another file; give another path (saving would replace it)"]
+    assert rows.read_bytes() == data_bytes and rubric.read_bytes() == rubric_bytes and report.read_text() == ""
+
+
+def test_saving_heads_refuses_to_replace_another_file_and_rewrites_its_own(fitted_project, tmp_path: Path):
+    from decisionflow.runtime.heads import HeadsError
+
+    _, _, saved = fitted_project
+    heads = Heads.load(saved)
+    target = tmp_path / "copy.heads.safetensors"
+    assert heads.save(target) == target and heads.save(target) == target  # a refit rewrites its own files
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": true}', encoding="utf-8")
+    with pytest.raises(HeadsError, match="notes.json, where the heads' readable metadata goes"):
+        heads.save(tmp_path / "notes.safetensors")
+    assert notes.read_text(encoding="utf-8") == '{"mine": true}'
+    assert not (tmp_path / "notes.safetensors").exists()
