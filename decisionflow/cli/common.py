@@ -160,9 +160,11 @@ NoHeadsOption = Annotated[
 ]
 
 
-def chosen_heads(rubric_ref: str, path: Path | None, off: bool) -> tuple[Any, Path | None]:
+def chosen_heads(rubric_ref: str, path: Path | None, off: bool, rubric: Rubric | None = None) -> tuple[Any, Path | None]:
     """The fitted heads a command applies, and their file: none with `off`, `path` when given (it must
-    exist), else the file saved beside a YAML rubric, else none."""
+    exist), else the file saved beside a YAML rubric, else none. With `rubric`, heads fitted for another
+    rubric (or version, or option set) are refused here, before the model loads and before any check
+    of a calibration against them."""
     from ..runtime.heads import Heads
 
     if off:
@@ -171,8 +173,13 @@ def chosen_heads(rubric_ref: str, path: Path | None, off: bool) -> tuple[Any, Pa
         return None, None
     if path is None:
         beside = Heads.path_for(rubric_ref) if rubric_ref.lower().endswith(YAML_SUFFIXES) else None
-        return (Heads.load(beside), beside) if beside is not None and beside.is_file() else (None, None)
-    return Heads.load(path), path
+        path = beside if beside is not None and beside.is_file() else None
+        if path is None:
+            return None, None
+    heads = Heads.load(path)
+    if rubric is not None:
+        heads.check_rubric(rubric)
+    return heads, path
 
 
 def output_problem(path: Path, *, folder: bool) -> str | None:

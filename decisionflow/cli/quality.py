@@ -123,7 +123,7 @@ def eval_command(
     chosen = guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, [label_column] if label_column else None,
                                              rows, limit, seed, err))
     base, base_file = (None, None) if raw else guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path))
-    heads, heads_file = (None, None) if raw else guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads))
+    heads, heads_file = (None, None) if raw else guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads, rubric))
     if base is not None:
         guarded(ctx, err, lambda: check_calibration(base, base_file, rubric, heads))
     calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
@@ -225,7 +225,7 @@ def calibrate_command(
     chosen = None if data is None else guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, label_column,
                                                                        rows, limit, seed, err))
     calibration = guarded(ctx, err, lambda: _existing_calibration(output, rubric))
-    heads, heads_file = guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads))
+    heads, heads_file = guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads, rubric))
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader))
     if heads is not None:
         guarded(ctx, err, lambda: engine.check_heads(heads, target))

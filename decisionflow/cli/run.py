@@ -104,12 +104,12 @@ def run(
         found = "is a folder" if input_path.is_dir() else "not found"
         say(err, f"error: input file {found}: {input_path}")
         raise typer.Exit(1)
+    from ..spec.declare import rubric_of
+
     target = load_target(ctx, rubric_ref, err)
     calibration, calibration_file = guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path))
-    heads, heads_file = guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads))
+    heads, heads_file = guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads, rubric_of(target)))
     if calibration is not None:
-        from ..spec.declare import rubric_of
-
         guarded(ctx, err, lambda: check_calibration(calibration, calibration_file, rubric_of(target), heads))
         # Probabilities and abstentions change under a calibration: say which file did it.
         say(err, f"calibration: {calibration_file} ({', '.join(calibration.fields)})")

@@ -253,10 +253,14 @@ class Engine:
         rubric = rubric_of(target)
         if calibration is not None:
             calibration.check(rubric)
-        if heads is not None and not heads.fitted_fields:
-            heads = None
         if heads is not None:
+            if not isinstance(heads, Heads):
+                raise TypeError(f"heads= takes the fitted heads (`engine.fit(...).heads`, or `Heads.load(path)`), "
+                                f"got {type(heads).__name__}")
+            # Checked even with no field fitted: heads saved for another rubric are refused, not ignored.
             self.check_heads(heads, rubric)
+            if not heads.fitted_fields:
+                heads = None
         if calibration is not None:
             calibration.check_readouts(heads.fitted_fields if heads is not None else ())
         model_cls = typed_model(target)

@@ -311,6 +311,31 @@ class Heads:
         self, rubric: Rubric, *, model: str, prompt: str, hidden_size: int | None = None, model_name: str = "", dtype: str = "",
     ) -> None:
         """Refuse heads fitted for another model, rubric, prompt or option set, naming the mismatch."""
+        self.check_rubric(rubric)
+        where = f"{self.path}: " if self.path is not None else ""
+        meta = self.metadata
+        if meta.dtype and dtype and meta.dtype != dtype:
+            raise HeadsError(f"{where}the heads were fitted with the model in {meta.dtype}; it is loaded here in {dtype}, "
+                             f"whose weights and hidden states differ: load it with --dtype {meta.dtype}, or fit again")
+        if meta.model != model:
+            fitted_on = f"{meta.model_name} ({meta.model[:12]})" if meta.model_name else meta.model[:12]
+            this = f"{model_name} ({model[:12]})" if model_name else model[:12]
+            raise HeadsError(f"{where}the heads were fitted on another model, {fitted_on}, not on the model loaded, "
+                             f"{this}; fit again with this model")
+        if meta.prompt != prompt:
+            raise HeadsError(f"{where}the heads were fitted under another prompt (chat template, catalog or engine "
+                             "options changed); fit again")
+        if hidden_size is not None:
+            for name in self.fitted_fields:
+                head, info = self.heads[name], meta.fields[name]
+                expected = hidden_size * len(info.layers) + (len(info.labels) if info.zero_shot_features else 0)
+                if head.feature_size != expected:
+                    raise HeadsError(f"{where}the head of field {name!r} reads {head.feature_size} features; this model "
+                                     f"gives {expected}; fit again")
+
+    def check_rubric(self, rubric: Rubric) -> None:
+        """The part of `check` that needs no model: refuse heads fitted for another rubric, another
+        version of it or another option set (commands run it before the model loads)."""
         where = f"{self.path}: " if self.path is not None else ""
         meta = self.metadata
         if meta.rubric != rubric.name:
@@ -328,27 +353,9 @@ class Heads:
                     f"the rubric no longer offers {', '.join(gone)}" if gone else "",
                 ) if part) or "the rubric lists them in another order"
                 raise HeadsError(f"{where}the head of field {name!r} was fitted for other answers ({change}); fit again")
-        if meta.dtype and dtype and meta.dtype != dtype:
-            raise HeadsError(f"{where}the heads were fitted with the model in {meta.dtype}; it is loaded here in {dtype}, "
-                             f"whose weights and hidden states differ: load it with --dtype {meta.dtype}, or fit again")
-        if meta.model != model:
-            fitted_on = f"{meta.model_name} ({meta.model[:12]})" if meta.model_name else meta.model[:12]
-            this = f"{model_name} ({model[:12]})" if model_name else model[:12]
-            raise HeadsError(f"{where}the heads were fitted on another model, {fitted_on}, not on the model loaded, "
-                             f"{this}; fit again with this model")
         if meta.rubric_fingerprint != rubric_fingerprint(rubric):
             raise HeadsError(f"{where}the heads were fitted for another version of rubric {rubric.name!r} "
                              "(its questions, wording or settings changed); fit again")
-        if meta.prompt != prompt:
-            raise HeadsError(f"{where}the heads were fitted under another prompt (chat template, catalog or engine "
-                             "options changed); fit again")
-        if hidden_size is not None:
-            for name in self.fitted_fields:
-                head, info = self.heads[name], meta.fields[name]
-                expected = hidden_size * len(info.layers) + (len(info.labels) if info.zero_shot_features else 0)
-                if head.feature_size != expected:
-                    raise HeadsError(f"{where}the head of field {name!r} reads {head.feature_size} features; this model "
-                                     f"gives {expected}; fit again")
 
 
 def _holds_heads(path: Path) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -251,6 +252,16 @@ def test_run_refuses_heads_fitted_for_another_rubric(fitted_project, tmp_path: P
     [line] = error_lines(stale)
     assert line.startswith(f"error: {Heads.path_for(changed)}: the head of field 'code' was fitted for other answers")
     assert "the rubric adds k3" in line
+    # Named before the model loads, and before a calibration is checked against them: the heads are at fault.
+    from decisionflow.runtime.calibration import Calibration, FieldCalibration
+
+    shutil.copy(SENTIMENT, tmp_path / "sentiment.yaml")
+    Calibration(rubric="sentiment", fields={"sentiment": FieldCalibration(
+        temperature=2.0, labels=("negative", "positive"), after_head=True)}).save(
+        Calibration.path_for(tmp_path / "sentiment.yaml"))
+    foreign = invoke("run", tmp_path / "sentiment.yaml", "--text", TEXT, "--heads", saved)
+    assert foreign.exit_code == 1
+    assert only_lines(foreign) == [f"error: {saved}: the heads are for rubric 'review', not 'sentiment'"]
     missing = invoke("run", SENTIMENT, "--text", TEXT, "--heads", tmp_path / "none.heads.safetensors")
     assert missing.exit_code == 1
     assert error_lines(missing) == [f"error: heads file not found: {tmp_path / 'none.heads.safetensors'}"]
@@ -260,8 +271,6 @@ def test_a_calibration_applies_only_to_the_readout_it_was_fitted_on(fitted_proje
     """A temperature fitted on a head's distribution is refused where the field is answered zero-shot
     (`--no-heads`), and one fitted zero-shot where a head answers, before the model loads; a
     calibration fitted under the heads that apply runs."""
-    import shutil
-
     from decisionflow.runtime.calibration import Calibration, FieldCalibration
 
     rubric, rows, saved = fitted_project

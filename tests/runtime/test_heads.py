@@ -263,6 +263,14 @@ def test_heads_with_only_zero_shot_fields_save_load_and_change_nothing(engine: E
     for name, field in headed.fields.items():
         assert field.method == plain.fields[name].method != "fitted" and field.zero_shot_probabilities is None
         assert field.probabilities == pytest.approx(plain.fields[name].probabilities, abs=1e-6)
+    # Though they answer no field, they are still heads for one rubric: another refuses them.
+    with pytest.raises(HeadsError, match="the heads are for rubric 'review', not 'critique'"):
+        engine.decide(review(name="critique"), text, heads=loaded)
+
+
+def test_heads_given_as_a_path_are_refused_with_how_to_load_them(engine: Engine, saved: Path):
+    with pytest.raises(TypeError, match=r"heads= takes the fitted heads .*Heads\.load\(path\).*got PosixPath"):
+        engine.decide(REVIEW, "a fine film", heads=saved)
 
 
 # -- refusals ---------------------------------------------------------------------------------
