@@ -193,7 +193,8 @@ def _examples(rubric: Any, data: Path, labels: list[str], text_column: str, rows
                                         unknown_labels="skip" if skip_unknown else "error")
     except DataError as error:
         # examples_of counts the selected rows; say which data row of the file that is.
-        raise DataError(f"{data}: {_renumbered(str(error), [n for n, _ in numbered])}") from None
+        lines = _renumbered(str(error), [n for n, _ in numbered]).split("\n")
+        raise DataError("\n".join(f"{data}: {line}" for line in lines)) from None
     # Each example keeps its data row's number, so rows the engine cannot read are named as in the file.
     return [replace(example, index=numbered[example.index][0]) for example in examples], skipped
 
@@ -203,7 +204,11 @@ def _cell(value: Any) -> Any:
 
 
 def _renumbered(message: str, numbers: list[int]) -> str:
-    head, sep, rest = message.partition(": ")
-    if head.startswith("row ") and head[4:].isdigit() and int(head[4:]) < len(numbers):
-        return f"data row {numbers[int(head[4:])]}{sep}{rest}"
-    return message
+    """Each line's `row N` (the Nth selected row) as the file's `data row M`."""
+    lines = []
+    for line in message.split("\n"):
+        head, sep, rest = line.partition(": ")
+        if head.startswith("row ") and head[4:].isdigit() and int(head[4:]) < len(numbers):
+            line = f"data row {numbers[int(head[4:])]}{sep}{rest}"
+        lines.append(line)
+    return "\n".join(lines)

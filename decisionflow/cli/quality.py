@@ -36,6 +36,7 @@ from .common import (
     check_calibration,
     chosen_calibration,
     chosen_heads,
+    count,
     guarded,
     load_engine,
     load_target_and_rubric,
@@ -46,7 +47,7 @@ from .common import (
 )
 
 DataOption = Annotated[
-    Path, typer.Option("--data", help="A labelled CSV file with a header row.", show_default=False)
+    Path, typer.Option("--data", help="Labelled rows: a CSV (header row), JSONL or Parquet file.", show_default=False)
 ]
 TextColumnOption = Annotated[str, typer.Option("--text-column", help="Column holding the input text.")]
 LimitOption = Annotated[
@@ -154,11 +155,11 @@ def calibrate_command(
     rubric_ref: RubricRef,
     data: Annotated[
         Path | None,
-        typer.Option("--data", help="A labelled CSV file: fit a temperature (and thresholds) after the readout correction.", show_default=False),
+        typer.Option("--data", help="Labelled rows (CSV, JSONL or Parquet): fit a temperature (and thresholds) after the readout correction.", show_default=False),
     ] = None,
     unlabelled: Annotated[
         Path | None,
-        typer.Option("--unlabelled", help="A CSV of unlabelled inputs (a text column): fit a domain prior for each field and "
+        typer.Option("--unlabelled", help="Unlabelled inputs (CSV, JSONL or Parquet; a text column): fit a domain prior for each field and "
                      "record `debias: domain` (before the temperature when --data is also given).", show_default=False),
     ] = None,
     field: Annotated[
@@ -314,18 +315,34 @@ def _read_fields(rubric: Any, fields: list[str]) -> list[str]:
 def _rows(data: Path, rubric: Any, fields: list[str], text_column: str, columns: list[str] | None,
           rows: str | None, limit: int | None, seed: int, err: Console) -> list[LabelledRow]:
     """The selected labelled rows, gold labels read as the fields answer them (`True` -> `true`); a gold
-    column that holds none of its field's answers is warned about on stderr before the model loads."""
+    column that holds none of its field's answers is warned about on stderr before the model loads.
+    A row with an empty label for a field (a `when` field where it is not asked, a row labelling only
+    other fields) is left out, and stderr says how many and which."""
     loaded, used = load_labelled(data, text_column=text_column, fields=fields, given_columns=columns, rubric=rubric)
     chosen = select_rows(loaded, rows_slice=parse_slice(rows), limit=limit, seed=seed)
-    if any(not row.gold[name] for row in chosen for name in fields):
-        raise DataError(f"{data}: some selected rows have an empty gold label")
+    unlabelled = {name: [row.index for row in chosen if not row.gold[name]] for name in fields}
+    labelled = [row for row in chosen if all(row.gold[name] for name in fields)]
+    if not labelled:
+        raise DataError(f"{data}: none of the {count(len(chosen), 'selected row')} has a label for "
+                        + " and ".join(f"{name!r} (column {used[name]!r})" for name in fields if unlabelled[name])
+                        + (" at once" if sum(bool(rows) for rows in unlabelled.values()) > 1 else ""))
+    for name, indices in unlabelled.items():
+        if indices:
+            say(err, f"left out {count(len(indices), 'row')} with no label for {name!r} in column {used[name]!r} "
+                     f"(data rows {_some(indices)}); {count(len(labelled), 'row')} left")
+    chosen = labelled
     for line in gold_warnings(chosen, rubric, used):
         say(err, line)
     return chosen
 
 
+def _some(indices: list[int], shown: int = 5) -> str:
+    listed = ", ".join(map(str, indices[:shown]))
+    return listed + (f" and {len(indices) - shown} more" if len(indices) > shown else "")
+
+
 def _texts(path: Path, text_column: str, rows: str | None, limit: int | None, seed: int) -> list[str]:
-    """The unlabelled inputs: the text column of a CSV (any other columns are ignored), selected as --data is."""
+    """The unlabelled inputs: the text column of a data file (any other columns are ignored), selected as --data is."""
     loaded, _ = load_labelled(path, text_column=text_column, columns={})
     return [row.text for row in select_rows(loaded, rows_slice=parse_slice(rows), limit=limit, seed=seed)]
 

@@ -14,6 +14,7 @@ gold column holds none of a field's answers, which would otherwise leave every r
 from __future__ import annotations
 
 import csv
+import difflib
 import json
 import random
 from collections import Counter
@@ -70,13 +71,14 @@ def load_labelled(
     path: str | Path, *, text_column: str, columns: dict[str, str] | None = None,
     fields: Sequence[str] = (), given_columns: Sequence[str] | None = None, rubric: Rubric | None = None,
 ) -> tuple[list[LabelledRow], dict[str, str]]:
-    """Every row of a labelled CSV and the field -> column mapping used.
+    """Every row of a labelled CSV, JSONL or Parquet file (`load_records`) and the field -> column
+    mapping used.
 
     Pass `columns` to fix the mapping, or `fields` (and optionally `given_columns`) to derive it.
     With `rubric`, each gold cell is read as its field's label (`gold_label`: `True` -> `true`).
     """
     path = Path(path)
-    header, records = _csv_records(path)
+    header, records = load_records(path)
     if columns is None:
         columns = label_columns(fields, header, given_columns)
     for column in [text_column, *columns.values()]:
@@ -85,13 +87,23 @@ def load_labelled(
     rows = []
     for index, record in enumerate(records):
         text = record.get(text_column)
-        if text is None:
-            raise DataError(f"{path}: data row {index + 1} has fewer cells than the header")
-        gold = {name: (record.get(column) or "").strip() for name, column in columns.items()}
+        if not isinstance(text, str):
+            found = "has no" if text is None else f"has a {type(text).__name__} in"
+            raise DataError(f"{path}: data row {index} {found} the {text_column!r} column; the input is text")
+        gold = {name: _cell_text(record.get(column)) for name, column in columns.items()}
         if rubric is not None:
             gold = {name: gold_label(rubric.field(name), value) if value else value for name, value in gold.items()}
         rows.append(LabelledRow(index=index, text=text, gold=gold))
     return rows, columns
+
+
+def _cell_text(value: Any) -> str:
+    """A gold cell as written: JSON's and Parquet's `true`, `3` or `null` read as a CSV cell would."""
+    if value is None or (isinstance(value, float) and value != value):  # null, or NaN: a gap in a column
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value).strip()
 
 
 def _csv_records(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
@@ -160,7 +172,19 @@ def gold_warnings(rows: Sequence[LabelledRow], rubric: Rubric, columns: dict[str
         spec = rubric.field(name)
         labels = offered_labels(spec)
         written = Counter(row.gold[name] for row in rows if row.gold.get(name))
-        if not written or any(value in labels for value in written):
+        if not written:
+            continue
+        if any(value in labels for value in written):
+            near = {value: answer for value in written if value not in labels
+                    and (answer := _near_answer(value, labels)) is not None}
+            if near:
+                rows_near = sum(written[value] for value in near)
+                pairs = ", ".join(f"{shown(value, 40)} ({answer!r}?)" for value, answer in list(near.items())[:5])
+                lines.append(
+                    f"warning: column {column!r} has {rows_near} row{'s' if rows_near != 1 else ''} whose label is "
+                    f"not an answer of field {name!r} but close to one: {pairs}"
+                    f"{' and more' if len(near) > 5 else ''}; labels are compared exactly, so these rows count "
+                    "as out of scope")
             continue
         found = ", ".join(shown(value, 40) for value, _ in written.most_common(3))
         more = f" and {len(written) - 3} more" if len(written) > 3 else ""
@@ -177,6 +201,21 @@ def gold_warnings(rows: Sequence[LabelledRow], rubric: Rubric, columns: dict[str
     return lines
 
 
+def _near_answer(value: str, labels: Sequence[str]) -> str | None:
+    """The answer `value` was likely meant as: the same but for case, or a near spelling; None if none."""
+    folded = {label.casefold(): label for label in labels}
+    if value.casefold() in folded:
+        return folded[value.casefold()]
+    close = difflib.get_close_matches(value, labels, n=1, cutoff=NEAR_LABEL_CUTOFF)
+    return close[0] if close else None
+
+
+NEAR_LABEL_CUTOFF = 0.85
+"""difflib's similarity above which a gold label that is not an answer is warned about as a likely typo
+(`postive`); loose enough for one wrong letter in a short label, strict enough to leave a deliberate
+out-of-scope class (CLINC150's `oos`) alone."""
+
+
 def load_records(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
     """Every row of a labelled CSV, JSONL or Parquet file as a mapping, and the columns seen (in order).
 
@@ -186,7 +225,7 @@ def load_records(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
     suffix = path.suffix.lower()
     if suffix == ".csv":
         header, records = _csv_records(path)
-        short = next((number for number, record in enumerate(records, start=1) if None in record.values()), None)
+        short = next((number for number, record in enumerate(records) if None in record.values()), None)
         if short is not None:
             raise DataError(f"{path}: data row {short} has fewer cells than the header")
         return header, records

@@ -130,6 +130,10 @@ class FitResult:
         }
 
 
+MAX_LABEL_PROBLEMS = 10
+"""Labels that are not answers named in one error; the rest are counted."""
+
+
 def examples_of(rubric: Rubric, rows: Iterable[Any], *, unknown_labels: str = "error") -> tuple[list[Example], int]:
     """The rows as examples, each gold cell read as its field's label. A label that is not one of its
     field's answers is an error naming the row and the close matches (or, with `unknown_labels="skip"`,
@@ -138,6 +142,7 @@ def examples_of(rubric: Rubric, rows: Iterable[Any], *, unknown_labels: str = "e
         raise DataError(f"unknown_labels must be 'error' or 'skip', got {unknown_labels!r}")
     examples: list[Example] = []
     skipped = 0
+    problems: list[str] = []
     for index, row in enumerate(rows):
         text, written = _split_row(rubric, index, row)
         labels: dict[str, str] = {}
@@ -152,11 +157,17 @@ def examples_of(rubric: Rubric, rows: Iterable[Any], *, unknown_labels: str = "e
                     continue
                 close = difflib.get_close_matches(label, spec.labels, n=3, cutoff=0.6)
                 hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-                raise DataError(f"row {index}: {label!r} is not an answer of field {name!r}{hint} "
+                problems.append(f"row {index}: {label!r} is not an answer of field {name!r}{hint} "
                                 f"(it offers {_listed(spec.labels)})")
+                continue
             labels[name] = label
         if labels:
             examples.append(Example(index, text, labels))
+    if problems:
+        # Every bad label at once (up to a screenful), so one pass over the file mends them all.
+        more = len(problems) - MAX_LABEL_PROBLEMS
+        raise DataError("\n".join(problems[:MAX_LABEL_PROBLEMS]
+                                  + ([f"... and {more} more labels that are not answers"] if more > 0 else [])))
     if not examples:
         raise DataError("no row labels any field of rubric "
                         f"{rubric.name!r} with one of its answers (fields: {', '.join(rubric.fields)})")

@@ -437,3 +437,18 @@ def test_saving_heads_refuses_to_replace_another_file_and_rewrites_its_own(fitte
         heads.save(tmp_path / "notes.safetensors")
     assert notes.read_text(encoding="utf-8") == '{"mine": true}'
     assert not (tmp_path / "notes.safetensors").exists()
+
+
+def test_fit_names_every_label_that_is_not_an_answer_at_once(tmp_path: Path):
+    rubric, _ = project(tmp_path)
+    rows = labelled()[:8]
+    rows[1]["label"], rows[3]["code"], rows[6]["label"] = "Positive", "k9", "yes"
+    data = write_rows(tmp_path / "rows.csv", rows)
+    result = invoke("fit", rubric, "--data", data, "--label", "sentiment=label", "--rows", "1:8")
+    assert result.exit_code == 1
+    assert only_lines(result) == [
+        f"error: {data}: data row 1: 'Positive' is not an answer of field 'sentiment'; did you mean 'positive'? "
+        "(it offers negative, positive)",
+        f"{data}: data row 3: 'k9' is not an answer of field 'code' (it offers k1, k2)",
+        f"{data}: data row 6: 'yes' is not an answer of field 'sentiment' (it offers negative, positive)",
+    ]

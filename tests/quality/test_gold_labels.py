@@ -68,9 +68,11 @@ def test_a_gold_column_holding_none_of_the_answers_is_warned_about(tmp_path, rub
     [line] = gold_warnings(rows, rubric, columns)
     assert line.startswith("warning: column 'spam' holds none of the answers of field 'spam' (true, false)")
     assert "'maybe', 'perhaps'" in line and "out of scope" in line and "true/false/yes/no/1/0" in line
-    # One answer in the column is enough: the others are out of scope, as CLINC150's `oos` is.
+    # One answer in the column is enough: the others are out of scope, as CLINC150's `oos` is (these
+    # two, an answer but for case, are warned about as likely mistakes instead).
     rows, columns = load_labelled(path, text_column="text", fields=["team"], rubric=rubric)
-    assert gold_warnings(rows, rubric, columns) == []
+    [line] = gold_warnings(rows, rubric, columns)
+    assert "holds none of the answers" not in line and "'Billing' ('billing'?), 'SHIPPING' ('shipping'?)" in line
     rows, columns = load_labelled(path, text_column="text", fields=["team"], rubric=rubric)
     assert gold_warnings(rows[:2], rubric, columns)[0].endswith("differ from an answer only in case, and labels are compared exactly")
 
@@ -150,3 +152,40 @@ def test_a_calibration_holding_a_derived_field_is_refused():
     calibration = Calibration(rubric="queueing", fields={"queue": FieldCalibration(temperature=0.5)})
     with pytest.raises(CalibrationError, match="'queue', which rubric 'queueing' derives from urgent"):
         calibration.check(rubric)
+
+
+def test_labels_one_typo_or_case_away_from_an_answer_are_warned_about(tmp_path, rubric):
+    path = _csv(tmp_path, "text,team\na,billing\nb,Shipping\nc,biling\nd,returns\ne,Shipping\n")
+    rows, columns = load_labelled(path, text_column="text", fields=["team"], rubric=rubric)
+    assert gold_warnings(rows, rubric, columns) == [
+        "warning: column 'team' has 3 rows whose label is not an answer of field 'team' but close to one: "
+        "'Shipping' ('shipping'?), 'biling' ('billing'?); labels are compared exactly, so these rows count as "
+        "out of scope"]
+    # A deliberate out-of-scope class, far from every answer, is not a typo.
+    clean = _csv(tmp_path, "text,team\na,billing\nb,oos\nc,shipping\n")
+    rows, columns = load_labelled(clean, text_column="text", fields=["team"], rubric=rubric)
+    assert gold_warnings(rows, rubric, columns) == []
+
+
+@pytest.mark.parametrize("command", ["eval", "calibrate"])
+def test_eval_and_calibrate_read_jsonl_and_leave_out_rows_without_a_label(tmp_path, monkeypatch, command):
+    """JSONL as `fit` reads it (JSON booleans are labels); a row with no label for the field is left
+    out with a line saying which, before the model loads; none labelled at all is an error."""
+    import json
+
+    _stop_before_the_model(monkeypatch)
+    rubric = tmp_path / "spam.yaml"
+    rubric.write_text(YAML)
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps(row) for row in [
+        {"text": "WIN a FREE phone", "spam": True}, {"text": "Lunch at noon?", "spam": None},
+        {"text": "cheap pills", "spam": "yes"}, {"text": "See you", "spam": ""},
+    ]) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(app, [command, str(rubric), "--data", str(data)])
+    assert result.stderr.splitlines() == [
+        "left out 2 rows with no label for 'spam' in column 'spam' (data rows 1, 3); 2 rows left",
+        "error: stopped before the model"]
+    data.write_text(json.dumps({"text": "Lunch at noon?", "spam": None}) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(app, [command, str(rubric), "--data", str(data)])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [f"error: {data}: none of the 1 selected row has a label for 'spam' (column 'spam')"]
