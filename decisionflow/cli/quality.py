@@ -261,6 +261,8 @@ def calibrate_command(
             + (f" (accuracy with out-of-scope abstention {fit.fitted_mass_accuracy:.3f})" if fit.fitted_mass_accuracy is not None else "")
             + (f"; min probability {s.min_probability}" if s.min_probability is not None else ""),
         )
+        if fit.warning:
+            say(err, f"warning: {fit.warning}")
     say(out, f"saved {output}")
 
 

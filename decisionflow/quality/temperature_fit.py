@@ -12,6 +12,7 @@ winning label; the fit checks that on every row and fails loudly if it ever did 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -41,7 +42,24 @@ class FieldFit:
     """The readout correction the distributions were read under (and the file records)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**vars(self), "settings": self.settings.model_dump()}
+        return {**vars(self), "settings": self.settings.model_dump(), "warning": self.warning}
+
+    @property
+    def warning(self) -> str | None:
+        """Why the temperature is not to be trusted: it stopped at an end of the search range (the
+        probabilities would be pushed to 0/1, or flattened, as far as the search allows)."""
+        low, high = (math.exp(bound) for bound in metrics.LOG_TEMPERATURE_RANGE)
+        temperature = self.settings.temperature
+        if temperature <= low * (1 + 1e-3):
+            source = ("rows its fitted head was trained on (calibrate a head on rows it was not fitted on)"
+                      if self.settings.after_head else "too few or too easy rows (calibrate on more, held-out rows)")
+            return (f"{self.field}: the temperature stopped at the search's lower end ({temperature:.3f}): the readout "
+                    f"is right on almost every row, which makes it look surer than it is; this happens on {source}")
+        if temperature >= high * (1 - 1e-3):
+            return (f"{self.field}: the temperature stopped at the search's upper end ({temperature:.1f}): the readout "
+                    "is hardly better than chance on these rows, so its probabilities are flattened as far as allowed; "
+                    "check the gold column and the rubric's wording")
+        return None
 
 
 def fit_calibration(

@@ -452,3 +452,17 @@ def test_fit_names_every_label_that_is_not_an_answer_at_once(tmp_path: Path):
         f"{data}: data row 3: 'k9' is not an answer of field 'code' (it offers k1, k2)",
         f"{data}: data row 6: 'yes' is not an answer of field 'sentiment' (it offers negative, positive)",
     ]
+
+
+def test_calibrating_a_head_on_the_rows_it_was_fitted_on_is_warned_about(fitted_project, tmp_path: Path):
+    """On its own training rows a head is right nearly everywhere, so the temperature runs to the end of
+    its search; the command says so and why, instead of reporting a better ECE silently."""
+    rubric, rows, saved = fitted_project
+    here = tmp_path / "review.yaml"
+    shutil.copy(rubric, here)
+    shutil.copy(saved, Heads.path_for(here))
+    result = invoke("calibrate", here, "--data", rows, "--field", "code")
+    assert result.exit_code == 0, result.output
+    [warning] = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warning.startswith("warning: code: the temperature stopped at the search's lower end (0.050)")
+    assert warning.endswith("rows its fitted head was trained on (calibrate a head on rows it was not fitted on)")

@@ -122,3 +122,19 @@ def test_best_abstention_threshold():
     assert (threshold, accuracy_at) == (0.4, 0.8)
     # Nothing out of scope: abstaining never helps, so the threshold stays 0.
     assert best_abstention_threshold([0.2, 0.8], [True, False]) == (0.0, 0.5)
+
+
+def test_a_temperature_at_either_end_of_its_search_is_warned_about():
+    from decisionflow.quality.metrics import LOG_TEMPERATURE_RANGE
+    from decisionflow.quality.temperature_fit import FieldFit
+    from decisionflow.runtime.calibration import FieldCalibration
+
+    def fit(temperature: float, after_head: bool = False) -> FieldFit:
+        return FieldFit(field="team", rows=40, settings=FieldCalibration(temperature=temperature, after_head=after_head),
+                        ece_before=0.1, ece_after=0.05, nll_before=0.5, nll_after=0.4, accuracy=0.9, winners_unchanged=40)
+
+    low, high = (math.exp(bound) for bound in LOG_TEMPERATURE_RANGE)
+    assert fit(1.3).warning is None and fit(low * 1.01).warning is None
+    assert "too few or too easy rows" in fit(low).warning
+    assert fit(low, after_head=True).warning.endswith("calibrate a head on rows it was not fitted on)")
+    assert "hardly better than chance" in fit(high).warning
