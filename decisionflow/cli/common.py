@@ -137,11 +137,20 @@ CalibrationOption = Annotated[
 ]
 
 
-def chosen_calibration(rubric_ref: str, path: Path | None) -> tuple[Any, Path | None]:
-    """The calibration a command applies, and its file: `path` when given (it must exist), else the
-    one saved beside a YAML rubric, else none."""
+NoCalibrationOption = Annotated[
+    bool, typer.Option("--no-calibration", help="Apply no calibration file, even where one is found beside the rubric.")
+]
+
+
+def chosen_calibration(rubric_ref: str, path: Path | None, off: bool = False) -> tuple[Any, Path | None]:
+    """The calibration a command applies, and its file: none with `off`, `path` when given (it must
+    exist), else the one saved beside a YAML rubric, else none."""
     from ..runtime.calibration import Calibration
 
+    if off:
+        if path is not None:
+            raise DataError("give --calibration or --no-calibration, not both")
+        return None, None
     if path is None:
         beside = Calibration.path_for(rubric_ref) if rubric_ref.lower().endswith(YAML_SUFFIXES) else None
         return (Calibration.load(beside), beside) if beside is not None and beside.is_file() else (None, None)
@@ -213,9 +222,13 @@ def check_calibration(calibration: Any, file: Path | None, rubric: Rubric, heads
 
     try:
         calibration.check(rubric)
-        calibration.check_readouts(heads.fitted_fields if heads is not None else ())
     except CalibrationError as error:
         raise CalibrationError(f"{file}: {error}" if file is not None else str(error)) from None
+    try:
+        calibration.check_readouts(heads.fitted_fields if heads is not None else ())
+    except CalibrationError as error:
+        raise CalibrationError((f"{file}: {error}" if file is not None else str(error))
+                               + ", or leave the calibration out (--no-calibration)") from None
 
 
 def load_engine(

@@ -30,6 +30,7 @@ from .common import (
     HeadsOption,
     LoaderOption,
     ModelOption,
+    NoCalibrationOption,
     NoHeadsOption,
     RubricRef,
     ThreadsOption,
@@ -92,6 +93,7 @@ def eval_command(
     min_mass: MinMassOption = None,
     min_probability: MinProbabilityOption = None,
     calibration_path: CalibrationOption = None,
+    no_calibration: NoCalibrationOption = False,
     raw: Annotated[bool, typer.Option("--raw", help="Score the model's own probabilities: no calibration file, no fitted heads "
                                       "and, unless --debias says otherwise, no readout correction.")] = False,
     shuffle_options: Annotated[
@@ -123,10 +125,11 @@ def eval_command(
     fields = guarded(ctx, err, lambda: resolve_fields(rubric, [field] if field else None))
     chosen = guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, [label_column] if label_column else None,
                                              rows, limit, seed, err))
-    base, base_file = (None, None) if raw else guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path))
+    base, base_file = (None, None) if raw else guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path, no_calibration))
     heads, heads_file = (None, None) if raw else guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads, rubric))
     if base is not None:
         guarded(ctx, err, lambda: check_calibration(base, base_file, rubric, heads))
+        say(err, f"calibration: {base_file} ({', '.join(base.fields)})")
     calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader, generates=baseline))
     if heads is not None:

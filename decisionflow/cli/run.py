@@ -20,6 +20,7 @@ from .common import (
     HeadsOption,
     LoaderOption,
     ModelOption,
+    NoCalibrationOption,
     NoHeadsOption,
     RubricRef,
     ThreadsOption,
@@ -87,6 +88,7 @@ def run(
         typer.Option(min=1, help="--engine ray: engine actors, each loading the model once (default 1).", show_default=False),
     ] = None,
     calibration_path: CalibrationOption = None,
+    no_calibration: NoCalibrationOption = False,
     heads_path: HeadsOption = None,
     no_heads: NoHeadsOption = False,
     timings: Annotated[
@@ -107,7 +109,7 @@ def run(
     from ..spec.declare import rubric_of
 
     target = load_target(ctx, rubric_ref, err)
-    calibration, calibration_file = guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path))
+    calibration, calibration_file = guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path, no_calibration))
     heads, heads_file = guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads, rubric_of(target)))
     if calibration is not None:
         guarded(ctx, err, lambda: check_calibration(calibration, calibration_file, rubric_of(target), heads))

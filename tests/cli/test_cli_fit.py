@@ -292,7 +292,13 @@ def test_a_calibration_applies_only_to_the_readout_it_was_fitted_on(fitted_proje
     assert only_lines(zero_shot) == [
         f"error: {calibration_file}: the calibration of field 'code' was fitted on its fitted head's distribution, "
         "but here the field is answered zero-shot (no heads apply): calibrate again with the heads this command "
-        "applies, or apply the heads it was fitted with"]
+        "applies, or apply the heads it was fitted with, or leave the calibration out (--no-calibration)"]
+    both_off = invoke("run", here, "--text", TEXT, "--no-heads", "--no-calibration", "--json")
+    assert both_off.exit_code == 0, both_off.output
+    assert json.loads(both_off.stdout)["fields"]["code"]["method"] != "fitted"
+    assert "calibration:" not in both_off.stderr
+    clash = invoke("run", here, "--text", TEXT, "--no-calibration", "--calibration", calibration_file)
+    assert clash.exit_code == 1 and only_lines(clash) == ["error: give --calibration or --no-calibration, not both"]
     calibrated(after_head=False)
     evaluated = invoke("eval", here, "--data", rows, "--field", "code", "--rows", "0:4")
     assert evaluated.exit_code == 1
