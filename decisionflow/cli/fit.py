@@ -112,7 +112,8 @@ def fit_command(
     if as_json:
         typer.echo(json.dumps({**result.to_dict(), "saved": str(output)}, indent=2))
         return
-    out = Console()
+    # As wide as `run`'s table even when piped (rich's 80 columns would cut names and intervals).
+    out = Console(width=max(Console().width, 120))
     out.print(fit_table(result))
     for name, info in result.fields.items():
         # A field cross-validated and kept zero-shot says why here; one too short to fit was warned about.

@@ -233,8 +233,9 @@ def calibrate_command(
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader))
     if heads is not None:
         guarded(ctx, err, lambda: engine.check_heads(heads, target))
-        say(err, f"heads: {heads_file} (the temperature of {', '.join(heads.fitted_fields) or 'no field'} is fitted "
-                 "after the head)")
+        after_head = [name for name in fields if name in heads.fitted_fields]
+        say(err, f"heads: {heads_file} (the temperature of {', '.join(after_head) or 'no field calibrated here'} is "
+                 "fitted after the head)")
     out = Console()
     if texts is not None:
         with progress_bars(err) as progress_for:

@@ -279,7 +279,8 @@ class Heads:
                     raise HeadsError(f"{path}: not a heads file (no {METADATA_KEY} metadata); fit one with `decisionflow fit`")
                 tensors = {key: handle.get_tensor(key) for key in handle.keys()}
         except (SafetensorError, OSError) as error:
-            raise HeadsError(f"{path}: cannot read the heads file: {error}") from None
+            raise HeadsError(f"{path}: cannot read the heads file: not a safetensors file, or a damaged one ({error}); "
+                             "fit one with `decisionflow fit`") from None
         try:
             metadata = HeadsMetadata.model_validate_json(header)
         except ValidationError as error:
