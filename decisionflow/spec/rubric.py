@@ -7,6 +7,7 @@ this model, never the user's class or file.
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
 from functools import cached_property
@@ -477,7 +478,7 @@ class Rubric(_Frozen):
             where = f"examples.{index}.answers.{name}"
             spec = self.fields.get(name)
             if spec is None:
-                yield f"examples.{index}.answers: unknown field {shown(name)} (fields: {known})"
+                yield f"examples.{index}.answers: {self._unknown_field(name, known)}"
             elif spec.derive is not None:
                 yield f"{where}: {name!r} is derived in code, not answered by the model; leave it out"
             elif (problem := _not_an_answer(value, name, spec.values)) is not None:
@@ -518,6 +519,12 @@ class Rubric(_Frozen):
                    f"has only {MAX_ANSWER_IDS} short ids (A..Z, AA..ZZ); use `answer_format: labels` "
                    "or fewer options")
 
+    def _unknown_field(self, name: Any, known: str) -> str:
+        """`unknown field 'teem'; did you mean 'team'? (fields: ...)`, the hint where a field is close."""
+        close = difflib.get_close_matches(name, list(self.fields), n=1) if isinstance(name, str) else []
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"unknown field {shown(name)}{hint} (fields: {known})"
+
     def _reference_problems(self, key: str, spec: FieldSpec, known: str) -> Iterator[str]:
         """Names of fields the rubric lacks (`known` lists those it has), or of the field itself, and
         `when` values their field cannot give."""
@@ -525,7 +532,7 @@ class Rubric(_Frozen):
             yield f"fields.{key}: field {shown(key)} is named {shown(spec.name)}"
         for dep in spec.after:
             if dep not in self.fields:
-                yield f"fields.{key}.after: unknown field {shown(dep)} (fields: {known})"
+                yield f"fields.{key}.after: {self._unknown_field(dep, known)}"
         if spec.when is not None:
             target = self.fields.get(spec.when.field)
             if target is None:
@@ -533,7 +540,7 @@ class Rubric(_Frozen):
                 if spec.when.field in ("field", "values"):
                     hint = ("; to write the long form give both `field` and `values`, e.g. "
                             "{field: department, values: [billing]}")
-                yield f"fields.{key}.when: unknown field {shown(spec.when.field)} (fields: {known}){hint}"
+                yield f"fields.{key}.when: {self._unknown_field(spec.when.field, known)}{hint}"
             elif spec.when.field == key:
                 yield f"fields.{key}.when: a field cannot depend on its own answer"
             else:
@@ -550,7 +557,7 @@ class Rubric(_Frozen):
                 continue
             reported.add((dep, where))
             if dep not in self.fields:
-                yield f"fields.{key}.{where}: unknown field {shown(dep)} (fields: {known})"
+                yield f"fields.{key}.{where}: {self._unknown_field(dep, known)}"
             elif dep == key:
                 yield f"fields.{key}.{where}: a field cannot depend on its own answer"
 

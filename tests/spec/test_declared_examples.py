@@ -56,6 +56,8 @@ def test_yaml_examples_load_in_order_and_round_trip():
     ("{severity: 7}", "examples.1.answers.severity: 7 is not an allowed answer"),
     ("{urgent: 'yes'}", "examples.1.answers.urgent: 'yes' is not an allowed answer of 'urgent'"),
     ("{team: billing}", "examples.1.answers: unknown field 'team' (fields: department, severity, urgent)"),
+    ("{departmnt: billing}", "examples.1.answers: unknown field 'departmnt'; did you mean 'department'? "
+                             "(fields: department, severity, urgent)"),
     ("{}", "examples.1.answers"),
 ])
 def test_an_example_answer_the_rubric_cannot_give_is_named_with_its_line(answers: str, expected: str):
