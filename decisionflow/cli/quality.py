@@ -130,6 +130,7 @@ def eval_command(
     if base is not None:
         guarded(ctx, err, lambda: check_calibration(base, base_file, rubric, heads))
         say(err, f"calibration: {base_file} ({', '.join(base.fields)})")
+    fitting_rows = _fitting_rows(err, heads, heads_file, chosen, "scored")
     calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader, generates=baseline))
     if heads is not None:
@@ -145,6 +146,7 @@ def eval_command(
         "rubric": rubric.name, "field": fields[0], "data": str(data), "model": model or "bundled SmolLM2-135M-Instruct",
         "selection": _selection(rows, limit, seed), "calibration": (calibration.model_dump() if calibration else None),
         "heads": str(heads_file) if heads is not None else None,
+        **({"rows_heads_were_fitted_on": fitting_rows} if fitting_rows is not None else {}),
         **run.summary,
     }
     if out is not None:
@@ -230,6 +232,8 @@ def calibrate_command(
                                                                        rows, limit, seed, err))
     calibration = guarded(ctx, err, lambda: _existing_calibration(output, rubric))
     heads, heads_file = guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads, rubric))
+    if chosen is not None:
+        _fitting_rows(err, heads, heads_file, chosen, "calibrated on")
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader))
     if heads is not None:
         guarded(ctx, err, lambda: engine.check_heads(heads, target))
@@ -342,6 +346,20 @@ def _rows(data: Path, rubric: Any, fields: list[str], text_column: str, columns:
     return chosen
 
 
+def _fitting_rows(err: Console, heads: Any, heads_file: Path | None, chosen: list[LabelledRow], doing: str) -> int | None:
+    """How many of the `chosen` rows the applied heads were fitted on (None: no heads, or a file that
+    does not record it), warned about on stderr: a head is right on its own training rows far more
+    often than on new ones, so figures read there overstate it."""
+    if heads is None or heads.fitted_on is None or not heads.fitted_fields:
+        return None
+    overlap = heads.fitted_on_rows([row.text for row in chosen])
+    if overlap:
+        say(err, f"warning: {len(overlap)} of the {count(len(chosen), 'row')} {doing} were used to fit the "
+                 f"heads in {heads_file} (data rows {_some([chosen[i].index for i in overlap])}): a head is right "
+                 "on its own training rows far more often than on new ones; use rows held out from `fit`")
+    return len(overlap)
+
+
 def _some(indices: list[int], shown: int = 5) -> str:
     listed = ", ".join(map(str, indices[:shown]))
     return listed + (f" and {len(indices) - shown} more" if len(indices) > shown else "")
@@ -377,7 +395,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
                                 "fitted_vs_zero_shot": summary["zero_shot"]["fitted_vs_zero_shot"]}
     if "raw" in summary:
         compact["raw"] = {k: summary["raw"].get(k) for k in keys}
-    for extra in ("n_out_of_scope", "abstention", "shuffle", "ablate"):
+    for extra in ("rows_heads_were_fitted_on", "n_out_of_scope", "abstention", "shuffle", "ablate"):
         if extra in summary:
             compact[extra] = summary[extra]
     if "baseline" in summary:

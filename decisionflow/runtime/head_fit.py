@@ -51,6 +51,7 @@ from .heads import (
     FieldHeadInfo,
     Heads,
     HeadsMetadata,
+    input_hashes,
     prompt_fingerprint,
     rubric_fingerprint,
     zero_shot_features,
@@ -282,7 +283,8 @@ def fit_examples(
     for name, count in unread.items():
         notes.append(f"warning: field {name!r}: {count} labelled rows were left out because the field is not asked "
                         "(or does not offer the row's answer) under the row's gold answers of the fields it depends on")
-    return FitResult(Heads(metadata, heads), notes, rows=len(examples) - len(failed), failed=failed, skipped=skipped,
+    fitted_on = torch.unique(input_hashes([e.text for e in examples]))
+    return FitResult(Heads(metadata, heads, fitted_on=fitted_on), notes, rows=len(examples) - len(failed), failed=failed, skipped=skipped,
                      timings_s={"read": read_s, "fit": time.perf_counter() - began})
 
 

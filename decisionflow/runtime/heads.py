@@ -40,6 +40,8 @@ ZERO_SHOT_FLOOR = 1e-6
 """The smallest zero-shot probability a head's log-probability features see (and what an answer the
 row does not offer counts as)."""
 METADATA_KEY = "decisionflow_heads"
+FITTED_ON_KEY = "fitted_on.input_hashes"
+"""The tensor of the fitting rows' `input_hashes` (no field's tensor is named `NAME.input_hashes`)."""
 
 
 class HeadsError(CalibrationError):
@@ -183,10 +185,14 @@ def prompt_fingerprint(head_tokens: Sequence[int]) -> str:
 class Heads:
     """A rubric's fitted heads and their metadata; `for_field` gives the heads that answer."""
 
-    def __init__(self, metadata: HeadsMetadata, heads: dict[str, FieldHead], path: Path | None = None):
+    def __init__(self, metadata: HeadsMetadata, heads: dict[str, FieldHead], path: Path | None = None,
+                 fitted_on: torch.Tensor | None = None):
         self.metadata = metadata
         self.heads = heads
         self.path = path
+        self.fitted_on = fitted_on
+        """The sorted `input_hashes` of the rows the heads were fitted on (None: not recorded, as in files
+        written before they were), so evaluating or calibrating on those rows can be warned about."""
         self.checked_for: set[Any] = set()
         """What these heads were already checked against (an engine's model and prepared rubric)."""
 
@@ -206,6 +212,14 @@ class Heads:
         for name in self.fitted_fields:
             found += [layer for layer in self.metadata.fields[name].layers if layer not in found]
         return tuple(found)
+
+    def fitted_on_rows(self, payloads: Sequence[Any]) -> list[int]:
+        """The positions of the `payloads` the heads were fitted on (empty when that was not recorded)."""
+        if self.fitted_on is None or not len(payloads):
+            return []
+        hashes = input_hashes(payloads)
+        found = torch.isin(hashes, self.fitted_on)
+        return [int(i) for i in torch.nonzero(found).flatten()]
 
     def corrections(self) -> dict[str, str]:
         """Per fitted field, the readout correction its head was fitted under."""
@@ -250,6 +264,8 @@ class Heads:
         for name, head in self.heads.items():
             for part in ("weight", "bias", "mean", "scale"):
                 tensors[f"{name}.{part}"] = getattr(head, part).detach().float().contiguous().cpu()
+        if self.fitted_on is not None:
+            tensors[FITTED_ON_KEY] = self.fitted_on.contiguous().cpu()
         text = self.metadata.model_dump_json()
         handle, temporary = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
         os.close(handle)
@@ -304,7 +320,10 @@ class Heads:
             if not all(torch.isfinite(t).all() for t in parts) or bool((scale <= 0).any()):
                 raise HeadsError(f"{path}: field {name!r}: the head holds values that are not finite; fit again")
             heads[name] = FieldHead(weight, bias, mean, scale)
-        return cls(metadata, heads, path)
+        fitted_on = tensors.get(FITTED_ON_KEY)
+        if fitted_on is not None and (fitted_on.dtype != torch.int64 or fitted_on.ndim != 1):
+            fitted_on = None  # a damaged record of the fitting rows only loses the overlap warning
+        return cls(metadata, heads, path, fitted_on)
 
     # -- checks -------------------------------------------------------------------------------
 
@@ -357,6 +376,17 @@ class Heads:
         if meta.rubric_fingerprint != rubric_fingerprint(rubric):
             raise HeadsError(f"{where}the heads were fitted for another version of rubric {rubric.name!r} "
                              "(its questions, wording or settings changed); fit again")
+
+
+def input_hashes(payloads: Sequence[Any]) -> torch.Tensor:
+    """One int64 per input: the first 8 bytes of its BLAKE2b digest (a text as written, a structured
+    input as sorted JSON), sorted or not as given. Recognises a row again without keeping its text."""
+    digests = []
+    for payload in payloads:
+        data = payload if isinstance(payload, str) else json.dumps(payload, sort_keys=True, default=str)
+        digest = hashlib.blake2b(data.encode("utf-8"), digest_size=8).digest()
+        digests.append(int.from_bytes(digest, "little", signed=True))
+    return torch.tensor(digests, dtype=torch.int64)
 
 
 def _holds_heads(path: Path) -> bool:

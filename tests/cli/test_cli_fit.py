@@ -317,6 +317,9 @@ def test_eval_with_heads_reports_zero_shot_beside_the_fitted_readout(fitted_proj
     assert f"heads: {saved}" in result.stderr
     summary = json.loads(result.stdout)
     assert summary["readout"] == "fitted" and summary["n"] == 12
+    # Every one of these rows was a fitting row: said on stderr and in the summary.
+    assert summary["rows_heads_were_fitted_on"] == 12
+    assert "warning: 12 of the 12 rows scored were used to fit the heads" in result.stderr
     zero_shot = summary["zero_shot"]
     assert zero_shot["n"] == 12
     paired = zero_shot["fitted_vs_zero_shot"]
@@ -469,6 +472,30 @@ def test_calibrating_a_head_on_the_rows_it_was_fitted_on_is_warned_about(fitted_
     shutil.copy(saved, Heads.path_for(here))
     result = invoke("calibrate", here, "--data", rows, "--field", "code")
     assert result.exit_code == 0, result.output
-    [warning] = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    overlap, warning = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert overlap.startswith(f"warning: 40 of the 40 rows calibrated on were used to fit the heads in "
+                              f"{Heads.path_for(here)} (data rows 0, 1, 2, 3, 4 and 35 more)")
     assert warning.startswith("warning: code: the temperature stopped at the search's lower end (0.050)")
     assert warning.endswith("rows its fitted head was trained on (calibrate a head on rows it was not fitted on)")
+
+
+def test_heads_remember_their_fitting_rows_without_their_text(fitted_project, tmp_path: Path):
+    """Saved and loaded, heads recognise the rows they were fitted on (by a hash of each input) and no
+    other; rows they were not fitted on are scored without a warning."""
+    _, _, saved = fitted_project
+    heads = Heads.load(saved)
+    texts = [row["text"] for row in labelled()]
+    assert heads.fitted_on is not None and len(heads.fitted_on) == len(set(texts))
+    assert heads.fitted_on_rows([texts[3], "a sentence nobody fitted on", texts[0]]) == [0, 2]
+    assert heads.fitted_on_rows([]) == []
+    assert all(text not in saved.read_bytes().decode("latin-1") for text in texts)
+    rubric = tmp_path / "review.yaml"
+    rubric.write_text(REVIEW_YAML, encoding="utf-8")
+    shutil.copy(saved, Heads.path_for(rubric))
+    fresh = write_rows(tmp_path / "fresh.csv", [{"text": "an utterly charming film .", "label": "positive", "code": "k2"},
+                                                 {"text": "a dull , lifeless mess .", "label": "negative", "code": "k1"}])
+    result = invoke("eval", rubric, "--data", fresh, "--field", "code")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["n"] == 2 and "were used to fit the heads" not in result.stderr
+    assert invoke("eval", rubric, "--data", fresh, "--field", "code", "--out", tmp_path / "out").exit_code == 0
+    assert json.loads((tmp_path / "out" / "eval.json").read_text())["rows_heads_were_fitted_on"] == 0
