@@ -206,8 +206,9 @@ def evaluate(
                           else "zero_shot_after_fitted" if read.reads_fitted_answers else "zero_shot")
     if read.reads_fitted_answers:
         # Earlier answers came from heads, which a run without them could answer differently: the
-        # zero-shot side is the engine without heads (and without a calibration fitted after them).
+        # zero-shot side is the engine without heads (and without what a calibration fitted after them).
         zero_shot = read_rows(engine, target, texts, field_name, debias=debias,
+                              calibration=calibration.without_heads() if calibration is not None else None,
                               progress=progress_for("deciding, zero-shot"))
     if zero_shot is not None:
         summary["zero_shot"] = {

@@ -103,7 +103,8 @@ def read_rows_raw_and_zero_shot(
 ) -> FieldReadings:
     """`read_rows_and_raw`, and, where a fitted head answered the field, its zero-shot readings from
     the same passes (see `FieldReadings`)."""
-    names = list(rubric_of(target).fields)
+    rubric = rubric_of(target)
+    names = list(rubric.fields)
     readings: list[Reading] = []
     raw: list[Reading] | None = []
     zero_shot: list[Reading] = []
@@ -123,7 +124,7 @@ def read_rows_raw_and_zero_shot(
             zero_shot.append(_readings(outcome, view="zero_shot")[field_name])
         else:
             zero_shot.append(readings[-1])
-        reads_fitted = reads_fitted or _reads_fitted_answers(outcome, field_name)
+        reads_fitted = reads_fitted or _reads_fitted_answers(outcome, rubric, field_name)
         if raw is not None and result.round == 0 and result.raw_probabilities is not None:
             raw.append(_readings(outcome, view="raw")[field_name])
         else:
@@ -131,13 +132,15 @@ def read_rows_raw_and_zero_shot(
     return FieldReadings(readings, raw, zero_shot if fitted else None, reads_fitted)
 
 
-def _reads_fitted_answers(decision: Any, field_name: str) -> bool:
-    """Whether `field_name` was read after (or, derived, computed from) another field a head answered:
-    every later round's prompt carries the earlier rounds' answers."""
+def _reads_fitted_answers(decision: Any, rubric: Any, field_name: str) -> bool:
+    """Whether `field_name` was read after another field a head answered (every later round's prompt
+    carries the earlier rounds' answers) or, derived, is computed from such a field or from one."""
+    spec = rubric.fields[field_name]
+    if spec.derive is not None:
+        return any(decision.fields[read].method == "fitted" or _reads_fitted_answers(decision, rubric, read)
+                   for read in spec.derive.reads)
     result = decision.fields[field_name]
-    # A derived field settles after its round's reads; a read field sees only earlier rounds' answers.
-    last_round = (result.round or 0) if result.method == "derived" else (result.round or 0) - 1
-    return any(name != field_name and other.method == "fitted" and (other.round or 0) <= last_round
+    return any(name != field_name and other.method == "fitted" and (other.round or 0) < (result.round or 0)
                for name, other in decision.fields.items())
 
 

@@ -56,6 +56,16 @@ class Calibration(BaseModel):
         path = Path(rubric_path)
         return path.with_name(path.stem + ".calibration.json")
 
+    def without_heads(self) -> Calibration:
+        """What of this calibration applies where no head answers: a temperature and probability
+        threshold fitted on a head's distribution are dropped; the prior, the correction and the
+        candidate-mass threshold, which read the zero-shot readout either way, stay."""
+        return self.model_copy(update={"fields": {
+            name: settings.model_copy(update={"temperature": 1.0, "min_probability": None, "after_head": False})
+            if settings.after_head else settings
+            for name, settings in self.fields.items()
+        }})
+
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
         try:

@@ -413,6 +413,18 @@ def test_eval_compares_a_field_read_after_a_fitted_one_with_a_run_without_heads(
     code = json.loads(pinned.stdout)
     assert code["readout"] == "fitted" and code["accuracy"] > code["zero_shot"]["accuracy"]
 
+    # With a calibration beside (domain priors: `debias: domain` for both fields), the run without heads
+    # keeps it, as `--no-heads` does: the two sides differ by the heads alone.
+    primed = invoke("calibrate", rubric, "--unlabelled", rows, "--field", "code", "--field", "sentiment", "--rows", "16:40")
+    assert primed.exit_code == 0, primed.output
+    after = invoke("eval", rubric, "--data", rows, "--field", "sentiment", "--rows", "0:16")
+    plain = invoke("eval", rubric, "--data", rows, "--field", "sentiment", "--rows", "0:16", "--no-heads")
+    assert after.exit_code == 0 and plain.exit_code == 0, after.output + plain.output
+    headed, unheaded = json.loads(after.stdout), json.loads(plain.stdout)
+    assert headed["debias"] == unheaded["debias"] == "domain"
+    for figure in ("accuracy", "ece", "mean_candidate_mass"):
+        assert headed["zero_shot"][figure] == pytest.approx(unheaded[figure], abs=1e-6)
+
 
 def test_fit_never_saves_over_a_file_that_is_not_a_heads_file(tmp_path: Path):
     """The data file, the rubric, or the readable metadata copy's name holding another file (`--json >

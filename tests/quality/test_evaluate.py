@@ -221,3 +221,45 @@ def test_a_score_fields_mean_absolute_error_is_over_the_rows_it_answered():
     report = markdown_report({**figures, "rubric": "rated", "field": "score", "debias": "none", "readout": "zero_shot",
                               "mean_absolute_error": 1.0, "raw": {**figures, "mean_absolute_error": 2.5}}, has_plot=False)
     assert "Mean absolute error, in levels: decisionflow (none) 1.000, decisionflow raw 2.500." in report
+
+
+def test_a_field_reads_fitted_answers_only_through_earlier_rounds_or_what_it_derives_from():
+    """Which fields `eval` compares with a run without heads: those read after a fitted field, and
+    derived fields computed (directly or through another derived field) from a fitted one."""
+    from types import SimpleNamespace
+
+    from decisionflow.quality.readings import _reads_fitted_answers
+    from decisionflow.spec.yaml_rubric import loads_rubric
+
+    rubric = loads_rubric("""\
+name: r
+pin_first: false
+fields:
+  a: {kind: choice, question: q, options: [x, y]}
+  b: {kind: choice, question: q, options: [x, y]}
+  c: {kind: choice, question: q, options: [x, y], after: [a]}
+  from_b:
+    kind: choice
+    question: q
+    options: [low, high]
+    derive: {rules: [{if: {field: b, is: x}, then: high}], otherwise: low}
+  from_a:
+    kind: choice
+    question: q
+    options: [low, high]
+    derive: {rules: [{if: {field: a, is: x}, then: high}], otherwise: low}
+  from_from_a:
+    kind: choice
+    question: q
+    options: [low, high]
+    derive: {rules: [{if: {field: from_a, is: high}, then: high}], otherwise: low}
+""")
+    field = lambda method, round_: SimpleNamespace(method=method, round=round_)  # noqa: E731
+    decision = SimpleNamespace(fields={
+        "a": field("fitted", 0), "b": field("branch", 0), "c": field("branch", 1),
+        "from_b": field("derived", 0), "from_a": field("derived", 0), "from_from_a": field("derived", 0),
+    })
+    reads = {name: _reads_fitted_answers(decision, rubric, name) for name in decision.fields}
+    assert reads == {"a": False, "b": False, "c": True, "from_b": False, "from_a": True, "from_from_a": True}
+    decision.fields["a"] = field("branch", 0)
+    assert not any(_reads_fitted_answers(decision, rubric, name) for name in decision.fields)

@@ -48,3 +48,17 @@ def test_the_server_refuses_a_calibration_for_another_readout_at_startup(tmp_pat
     [problem] = refused.value.problems
     assert problem.source == str(tmp_path / "review.calibration.json")
     assert "was fitted on its fitted head's distribution" in problem.message
+
+
+def test_without_heads_keeps_what_reads_the_zero_shot_readout():
+    from decisionflow.runtime.calibration import Calibration, FieldCalibration
+
+    headed = FieldCalibration(temperature=0.4, min_probability=0.6, min_candidate_mass=0.2, labels=("k1", "k2"),
+                              prior=(0.3, 0.7), debias="domain", after_head=True)
+    plain = FieldCalibration(temperature=2.0, min_probability=0.5, labels=("a", "b"))
+    stripped = Calibration(rubric="r", fields={"code": headed, "other": plain}).without_heads()
+    code = stripped.fields["code"]
+    assert (code.temperature, code.min_probability, code.after_head) == (1.0, None, False)
+    assert (code.min_candidate_mass, code.prior, code.debias, code.labels) == (0.2, (0.3, 0.7), headed.debias, ("k1", "k2"))
+    assert stripped.fields["other"] == plain
+    stripped.check_readouts([])  # applies where no head answers
