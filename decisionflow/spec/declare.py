@@ -374,6 +374,7 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
         except _DeclarationError as error:
             problems.append(problem(source, f"fields.{field_name}", str(error)))
     bad_examples = _examples_problem(examples)
+    examples = [] if bad_examples else list(examples)  # read once: a generator is read only once
     # An item of the wrong shape is named here (pydantic would only say it is not a mapping); the items
     # are then validated once every one has the right shape, so their indices stay the ones written.
     misshapen = [] if bad_examples else [(f"examples.{index}", reason) for index, example in enumerate(examples)

@@ -103,6 +103,12 @@ def test_decision_takes_examples_as_pairs_or_mappings_and_names_bad_ones():
         department: Annotated[Literal["billing", "shipping"], ask("Which team handles it")]
 
     assert rubric_of(Listed).examples[0].text == "As a list"
+
+    @decision(examples=(pair for pair in [("From a generator", {"department": "shipping"})]))
+    class Generated(BaseModel):
+        department: Annotated[Literal["billing", "shipping"], ask("Which team handles it")]
+
+    assert [e.text for e in rubric_of(Generated).examples] == ["From a generator"]
     with pytest.raises(RubricError, match=r"examples: expected a list of \(text, \{field: answer\}\) pairs .*got str"):
         @decision(examples="I was charged twice")
         class Bare(BaseModel):
