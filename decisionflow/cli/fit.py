@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import DataError
-from ..quality.labelled import fit_columns, load_records, parse_slice
+from ..quality.labelled import cell_label, fit_columns, load_records, parse_slice
 from ..spec.references import YAML_SUFFIXES
 from .common import (
     DeviceOption,
@@ -190,7 +190,7 @@ def _examples(rubric: Any, data: Path, labels: list[str], text_column: str, rows
         if not isinstance(text, (str, dict, list)) or (isinstance(text, str) and not text.strip()):
             raise DataError(f"{data}: data row {number}: the {text_column!r} cell is empty")
     try:
-        examples, skipped = examples_of(rubric, [(text, {k: _cell(v) for k, v in found.items()}) for text, found in pairs],
+        examples, skipped = examples_of(rubric, [(text, {k: cell_label(v) for k, v in found.items()}) for text, found in pairs],
                                         unknown_labels="skip" if skip_unknown else "error")
     except DataError as error:
         # examples_of counts the selected rows; say which data row of the file that is.
@@ -198,10 +198,6 @@ def _examples(rubric: Any, data: Path, labels: list[str], text_column: str, rows
         raise DataError("\n".join(f"{data}: {line}" for line in lines)) from None
     # Each example keeps its data row's number, so rows the engine cannot read are named as in the file.
     return [replace(example, index=numbered[example.index][0]) for example in examples], skipped
-
-
-def _cell(value: Any) -> Any:
-    return None if value is None else value if isinstance(value, (str, bool, int)) else str(value)
 
 
 def _renumbered(message: str, numbers: list[int]) -> str:

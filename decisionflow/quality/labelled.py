@@ -1,8 +1,9 @@
-"""Labelled CSV data for `decisionflow eval` and `decisionflow calibrate`: loading, columns, sampling.
+"""Labelled data for `decisionflow eval`, `calibrate` and `fit`: loading, columns, sampling.
 
-A file is read with `csv.DictReader` (RFC 4180 quoting, so texts may hold commas and newlines). Each
-evaluated field reads its gold label from one column: the column given for it, else a column named
-after the field, else `label`.
+The suffix picks the format: `.csv` is read with `csv.DictReader` (RFC 4180 quoting, so texts may hold
+commas and newlines), `.parquet`/`.pq` with pyarrow, anything else as JSONL. Each evaluated field reads
+its gold label from one column: the column given for it, else a column named after the field, else
+`label`; `cell_label` reads a cell of any format as a CSV cell would be written.
 
 Gold cells are compared with the labels a field answers (`FieldSpec.labels`: `billing`, `true`, `7`).
 Given the rubric, a boolean field's cell may be spelt any way `BOOLEAN_GOLD` lists, in any case (pandas
@@ -19,6 +20,7 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -78,7 +80,9 @@ def load_labelled(
     With `rubric`, each gold cell is read as its field's label (`gold_label`: `True` -> `true`).
     """
     path = Path(path)
-    header, records = load_records(path)
+    is_csv = path.suffix.lower() == ".csv"
+    # A CSV row short of a column this command does not read is still usable (load_records refuses it).
+    header, records = _csv_records(path) if is_csv else load_records(path)
     if columns is None:
         columns = label_columns(fields, header, given_columns)
     for column in [text_column, *columns.values()]:
@@ -87,22 +91,29 @@ def load_labelled(
     rows = []
     for index, record in enumerate(records):
         text = record.get(text_column)
+        if text is None:
+            missing = "has fewer cells than the header" if is_csv else f"has no {text_column!r}"
+            raise DataError(f"{path}: data row {index} {missing}")
         if not isinstance(text, str):
-            found = "has no" if text is None else f"has a {type(text).__name__} in"
-            raise DataError(f"{path}: data row {index} {found} the {text_column!r} column; the input is text")
-        gold = {name: _cell_text(record.get(column)) for name, column in columns.items()}
+            raise DataError(f"{path}: data row {index}: the {text_column!r} cell holds a {type(text).__name__}, "
+                            "not a text (eval and calibrate score text inputs)")
+        gold = {name: cell_label(record.get(column)) for name, column in columns.items()}
         if rubric is not None:
             gold = {name: gold_label(rubric.field(name), value) if value else value for name, value in gold.items()}
         rows.append(LabelledRow(index=index, text=text, gold=gold))
     return rows, columns
 
 
-def _cell_text(value: Any) -> str:
-    """A gold cell as written: JSON's and Parquet's `true`, `3` or `null` read as a CSV cell would."""
-    if value is None or (isinstance(value, float) and value != value):  # null, or NaN: a gap in a column
+def cell_label(value: Any) -> str:
+    """A label cell of any format as a CSV cell would be written: JSON's and Parquet's `true` and `3`
+    as `true` and `3`, an Enum member as its value, `null` and NaN (a gap in a Parquet or pandas column)
+    as empty, which labels nothing."""
+    if value is None or (isinstance(value, float) and value != value):
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, Enum):
+        value = value.value
     return str(value).strip()
 
 
@@ -260,7 +271,8 @@ def _jsonl_records(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as error:
-                    raise DataError(f"{path}:{number}: not a JSON object ({error.msg})") from None
+                    raise DataError(f"{path}:{number}: not a JSON object ({error.msg}); a file not named .csv, "
+                                    ".parquet or .pq is read as JSONL") from None
                 if not isinstance(record, dict):
                     raise DataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
                 header += [key for key in record if key not in header]

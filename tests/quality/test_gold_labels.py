@@ -189,3 +189,28 @@ def test_eval_and_calibrate_read_jsonl_and_leave_out_rows_without_a_label(tmp_pa
     result = CliRunner().invoke(app, [command, str(rubric), "--data", str(data)])
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [f"error: {data}: none of the 1 selected row has a label for 'spam' (column 'spam')"]
+
+
+def test_every_format_reads_cells_alike_and_names_a_bad_row(tmp_path):
+    import json
+
+    from decisionflow.quality.labelled import cell_label
+
+    assert [cell_label(v) for v in (True, False, 3, " billing ", None, float("nan"), 7.0)] == \
+        ["true", "false", "3", "billing", "", "", "7.0"]
+    # A CSV row short of a column no field reads is still read.
+    short = tmp_path / "short.csv"
+    short.write_text("text,spam,notes\nWIN a phone,true,kept\nLunch?,false\n", encoding="utf-8")
+    rows, _ = load_labelled(short, text_column="text", fields=["spam"])
+    assert [row.gold["spam"] for row in rows] == ["true", "false"]
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text(json.dumps({"text": "hi", "spam": False}) + "\n" + json.dumps({"spam": True}) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"rows\.jsonl: data row 1 has no 'text'$"):
+        load_labelled(jsonl, text_column="text", fields=["spam"])
+    jsonl.write_text(json.dumps({"text": {"subject": "hi"}, "spam": False}) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"data row 0: the 'text' cell holds a dict, not a text"):
+        load_labelled(jsonl, text_column="text", fields=["spam"])
+    csv_named_txt = tmp_path / "rows.txt"
+    csv_named_txt.write_text("text,spam\nhi,true\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"rows\.txt:1: not a JSON object .*; a file not named \.csv, \.parquet or \.pq is read as JSONL"):
+        load_labelled(csv_named_txt, text_column="text", fields=["spam"])
