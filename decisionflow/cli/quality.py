@@ -327,20 +327,19 @@ def _rows(data: Path, rubric: Any, fields: list[str], text_column: str, columns:
     """The selected labelled rows, gold labels read as the fields answer them (`True` -> `true`); a gold
     column that holds none of its field's answers is warned about on stderr before the model loads.
     A row with an empty label for a field (a `when` field where it is not asked, a row labelling only
-    other fields) is left out, and stderr says how many and which."""
+    other fields) is left out of that field's figures, and stderr says how many and which; a row
+    labelling none of the fields is left out altogether."""
     loaded, used = load_labelled(data, text_column=text_column, fields=fields, given_columns=columns, rubric=rubric)
     chosen = select_rows(loaded, rows_slice=parse_slice(rows), limit=limit, seed=seed)
-    unlabelled = {name: [row.index for row in chosen if not row.gold[name]] for name in fields}
-    labelled = [row for row in chosen if all(row.gold[name] for name in fields)]
-    if not labelled:
-        raise DataError(f"{data}: none of the {count(len(chosen), 'selected row')} has a label for "
-                        + " and ".join(f"{name!r} (column {used[name]!r})" for name in fields if unlabelled[name])
-                        + (" at once" if sum(bool(rows) for rows in unlabelled.values()) > 1 else ""))
-    for name, indices in unlabelled.items():
-        if indices:
-            say(err, f"left out {count(len(indices), 'row')} with no label for {name!r} in column {used[name]!r} "
-                     f"(data rows {_some(indices)}); {count(len(labelled), 'row')} left")
-    chosen = labelled
+    for name in fields:
+        unlabelled = [row.index for row in chosen if not row.gold[name]]
+        if len(unlabelled) == len(chosen):
+            raise DataError(f"{data}: none of the {count(len(chosen), 'selected row')} has a label for {name!r} "
+                            f"(column {used[name]!r})")
+        if unlabelled:
+            say(err, f"left out {count(len(unlabelled), 'row')} with no label for {name!r} in column {used[name]!r} "
+                     f"(data rows {_some(unlabelled)}); {len(chosen) - len(unlabelled)} left for it")
+    chosen = [row for row in chosen if any(row.gold[name] for name in fields)]
     for line in gold_warnings(chosen, rubric, used):
         say(err, line)
     return chosen

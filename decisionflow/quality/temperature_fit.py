@@ -135,7 +135,8 @@ def fit_field(
                              f"{len(distributions) - unchanged} rows")
     mass_accuracy = None
     if fit_min_mass:
-        answered = [i for i, r in enumerate(readings) if r.candidate_mass is not None]
+        # A row without a label for this field (calibrating several fields) says nothing about it.
+        answered = [i for i, r in enumerate(readings) if r.candidate_mass is not None and gold[i]]
         outcomes: list[bool | None] = [
             (readings[i].predicted == gold[i]) if gold[i] in offered else None for i in answered
         ]

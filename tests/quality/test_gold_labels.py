@@ -183,7 +183,7 @@ def test_eval_and_calibrate_read_jsonl_and_leave_out_rows_without_a_label(tmp_pa
     ]) + "\n", encoding="utf-8")
     result = CliRunner().invoke(app, [command, str(rubric), "--data", str(data)])
     assert result.stderr.splitlines() == [
-        "left out 2 rows with no label for 'spam' in column 'spam' (data rows 1, 3); 2 rows left",
+        "left out 2 rows with no label for 'spam' in column 'spam' (data rows 1, 3); 2 left for it",
         "error: stopped before the model"]
     data.write_text(json.dumps({"text": "Lunch at noon?", "spam": None}) + "\n", encoding="utf-8")
     result = CliRunner().invoke(app, [command, str(rubric), "--data", str(data)])
@@ -214,3 +214,15 @@ def test_every_format_reads_cells_alike_and_names_a_bad_row(tmp_path):
     csv_named_txt.write_text("text,spam\nhi,true\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"rows\.txt:1: not a JSON object .*; a file not named \.csv, \.parquet or \.pq is read as JSONL"):
         load_labelled(csv_named_txt, text_column="text", fields=["spam"])
+
+
+def test_calibrating_several_fields_leaves_a_row_out_only_of_the_field_it_does_not_label(tmp_path, monkeypatch):
+    _stop_before_the_model(monkeypatch)
+    rubric = tmp_path / "inbox.yaml"
+    rubric.write_text(RUBRIC)
+    data = _csv(tmp_path, "text,spam,team\na,true,billing\nb,false,\nc,,shipping\nd,,\ne,true,shipping\n")
+    result = CliRunner().invoke(app, ["calibrate", str(rubric), "--data", str(data), "--field", "spam", "--field", "team"])
+    assert result.stderr.splitlines() == [
+        "left out 2 rows with no label for 'spam' in column 'spam' (data rows 2, 3); 3 left for it",
+        "left out 2 rows with no label for 'team' in column 'team' (data rows 1, 3); 3 left for it",
+        "error: stopped before the model"]

@@ -138,3 +138,21 @@ def test_a_temperature_at_either_end_of_its_search_is_warned_about():
     assert "too few or too easy rows" in fit(low).warning
     assert fit(low, after_head=True).warning.endswith("calibrate a head on rows it was not fitted on)")
     assert "hardly better than chance" in fit(high).warning
+
+
+def test_a_row_without_a_label_for_the_field_is_left_out_of_its_fit():
+    from decisionflow.quality.readings import Reading
+    from decisionflow.quality.temperature_fit import fit_field
+
+    def reading(top: str, p: float, mass: float) -> Reading:
+        other = "b" if top == "a" else "a"
+        return Reading(predicted=top, probabilities={top: p, other: 1 - p}, candidate_mass=mass)
+
+    readings = [reading("a", 0.9, 0.8), reading("b", 0.7, 0.2), reading("a", 0.6, 0.5), reading("b", 0.8, 0.05)]
+    gold = ["a", "a", "b", "b"]
+    options = ["a", "b"]
+    alone = fit_field("f", gold, readings, options, min_mass=None, min_probability=None, fit_min_mass=True)
+    with_gap = fit_field("f", gold + [""], readings + [reading("a", 0.99, 0.01)], options,
+                         min_mass=None, min_probability=None, fit_min_mass=True)
+    assert with_gap.rows == alone.rows == 4
+    assert with_gap.settings == alone.settings and with_gap.fitted_mass_accuracy == alone.fitted_mass_accuracy
