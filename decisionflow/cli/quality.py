@@ -130,7 +130,7 @@ def eval_command(
     if base is not None:
         guarded(ctx, err, lambda: check_calibration(base, base_file, rubric, heads))
         say(err, f"calibration: {base_file} ({', '.join(base.fields)})")
-    fitting_rows = _fitting_rows(err, heads, heads_file, chosen, "scored")
+    fitting_rows = _fitting_rows(heads, chosen)
     calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader, generates=baseline))
     if heads is not None:
@@ -146,9 +146,12 @@ def eval_command(
         "rubric": rubric.name, "field": fields[0], "data": str(data), "model": model or "bundled SmolLM2-135M-Instruct",
         "selection": _selection(rows, limit, seed), "calibration": (calibration.model_dump() if calibration else None),
         "heads": str(heads_file) if heads is not None else None,
-        **({"rows_heads_were_fitted_on": fitting_rows} if fitting_rows is not None else {}),
         **run.summary,
     }
+    if fitting_rows is not None and run.summary["readout"] != "zero_shot":
+        # Only where the heads answered the field or an answer it read do their training rows matter.
+        run.summary["rows_heads_were_fitted_on"] = len(fitting_rows)
+        _warn_fitting_rows(err, fitting_rows, chosen, heads_file, "scored")
     if out is not None:
         written = guarded(ctx, err, lambda: write_outputs(run, out))
         say(err, "wrote " + ", ".join(str(p) for p in written))
@@ -233,7 +236,9 @@ def calibrate_command(
     calibration = guarded(ctx, err, lambda: _existing_calibration(output, rubric))
     heads, heads_file = guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads, rubric))
     if chosen is not None:
-        _fitting_rows(err, heads, heads_file, chosen, "calibrated on")
+        fitting_rows = _fitting_rows(heads, chosen)
+        if fitting_rows and any(name in heads.fitted_fields for name in fields):
+            _warn_fitting_rows(err, fitting_rows, chosen, heads_file, "calibrated on")
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader))
     if heads is not None:
         guarded(ctx, err, lambda: engine.check_heads(heads, target))
@@ -345,18 +350,22 @@ def _rows(data: Path, rubric: Any, fields: list[str], text_column: str, columns:
     return chosen
 
 
-def _fitting_rows(err: Console, heads: Any, heads_file: Path | None, chosen: list[LabelledRow], doing: str) -> int | None:
-    """How many of the `chosen` rows the applied heads were fitted on (None: no heads, or a file that
-    does not record it), warned about on stderr: a head is right on its own training rows far more
-    often than on new ones, so figures read there overstate it."""
+def _fitting_rows(heads: Any, chosen: list[LabelledRow]) -> list[int] | None:
+    """The positions of the `chosen` rows the heads were fitted on (None: no heads answer any field, or
+    the heads file does not record its fitting rows)."""
     if heads is None or heads.fitted_on is None or not heads.fitted_fields:
         return None
-    overlap = heads.fitted_on_rows([row.text for row in chosen])
+    return heads.fitted_on_rows([row.text for row in chosen])
+
+
+def _warn_fitting_rows(err: Console, overlap: list[int], chosen: list[LabelledRow], heads_file: Path | None,
+                       doing: str) -> None:
+    """A head is right on its own training rows far more often than on new ones: figures read there
+    overstate it."""
     if overlap:
         say(err, f"warning: {len(overlap)} of the {count(len(chosen), 'row')} {doing} were used to fit the "
                  f"heads in {heads_file} (data rows {_some([chosen[i].index for i in overlap])}): a head is right "
                  "on its own training rows far more often than on new ones; use rows held out from `fit`")
-    return len(overlap)
 
 
 def _some(indices: list[int], shown: int = 5) -> str:

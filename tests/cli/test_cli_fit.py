@@ -511,3 +511,21 @@ def test_heads_remember_their_fitting_rows_without_their_text(fitted_project, tm
     assert json.loads(result.stdout)["n"] == 2 and "were used to fit the heads" not in result.stderr
     assert invoke("eval", rubric, "--data", fresh, "--field", "code", "--out", tmp_path / "out").exit_code == 0
     assert json.loads((tmp_path / "out" / "eval.json").read_text())["rows_heads_were_fitted_on"] == 0
+
+
+def test_the_fitting_rows_warning_is_given_only_where_a_head_bears_on_the_scored_field(engine, tmp_path: Path):
+    """Heads fitting `code` only, read in the same pass as `sentiment` (no pinning): scoring `sentiment`
+    on the fitting rows says nothing about them; scoring `code` does."""
+    rubric, rows = project(tmp_path)
+    result = engine.fit(load_rubric(rubric), [(r["text"], {"code": r["code"]}) for r in labelled()])
+    assert result.heads.fitted_fields == ["code"]
+    result.heads.save(Heads.path_for(rubric))
+    untouched = invoke("eval", rubric, "--data", rows, "--field", "sentiment", "--label-column", "label", "--rows", "0:6")
+    assert untouched.exit_code == 0, untouched.output
+    summary = json.loads(untouched.stdout)
+    assert summary["readout"] == "zero_shot" and "rows_heads_were_fitted_on" not in summary
+    assert "were used to fit the heads" not in untouched.stderr
+    fitted = invoke("eval", rubric, "--data", rows, "--field", "code", "--rows", "0:6")
+    assert fitted.exit_code == 0, fitted.output
+    assert json.loads(fitted.stdout)["rows_heads_were_fitted_on"] == 6
+    assert "warning: 6 of the 6 rows scored were used to fit the heads" in fitted.stderr
