@@ -1,4 +1,4 @@
-"""`decisionflow eval` and `decisionflow calibrate`: quality measured on labelled CSV data.
+"""`decisionflow eval` and `decisionflow calibrate`: quality measured on labelled rows (CSV, JSONL, Parquet).
 
 Registered in cli.py. The data and the rubric are checked before the model loads, so a wrong column
 name costs nothing and is reported in one line.
@@ -23,6 +23,7 @@ from ..quality.labelled import (
     select_rows,
 )
 from ..spec.references import YAML_SUFFIXES
+from ..spec.text import listing
 from .common import (
     CalibrationOption,
     DeviceOption,
@@ -343,7 +344,7 @@ def _rows(data: Path, rubric: Any, fields: list[str], text_column: str, columns:
                             f"(column {used[name]!r})")
         if unlabelled:
             say(err, f"left out {count(len(unlabelled), 'row')} with no label for {name!r} in column {used[name]!r} "
-                     f"(data rows {_some(unlabelled)}); {len(chosen) - len(unlabelled)} left for it")
+                     f"(data rows {listing(unlabelled, str, 5)}); {len(chosen) - len(unlabelled)} left for it")
     chosen = [row for row in chosen if any(row.gold[name] for name in fields)]
     for line in gold_warnings(chosen, rubric, used):
         say(err, line)
@@ -364,13 +365,8 @@ def _warn_fitting_rows(err: Console, overlap: list[int], chosen: list[LabelledRo
     overstate it."""
     if overlap:
         say(err, f"warning: {len(overlap)} of the {count(len(chosen), 'row')} {doing} were used to fit the "
-                 f"heads in {heads_file} (data rows {_some([chosen[i].index for i in overlap])}): a head is right "
+                 f"heads in {heads_file} (data rows {listing([chosen[i].index for i in overlap], str, 5)}): a head is right "
                  "on its own training rows far more often than on new ones; use rows held out from `fit`")
-
-
-def _some(indices: list[int], shown: int = 5) -> str:
-    listed = ", ".join(map(str, indices[:shown]))
-    return listed + (f" and {len(indices) - shown} more" if len(indices) > shown else "")
 
 
 def _texts(path: Path, text_column: str, rows: str | None, limit: int | None, seed: int) -> list[str]:

@@ -241,6 +241,8 @@ class Heads:
         both are free or hold heads (a refit rewrites them)."""
         path = Path(path)
         copy = readable_copy(path)
+        if path.is_dir():
+            return f"{path} is a folder; give a file name (NAME.heads.safetensors)"
         if path.is_file() and not _holds_heads(path):
             return f"{path} exists and is not a heads file; give another path (saving would replace it)"
         if copy.is_dir():
@@ -294,9 +296,11 @@ class Heads:
                 if header is None:
                     raise HeadsError(f"{path}: not a heads file (no {METADATA_KEY} metadata); fit one with `decisionflow fit`")
                 tensors = {key: handle.get_tensor(key) for key in handle.keys()}
-        except (SafetensorError, OSError) as error:
+        except SafetensorError as error:
             raise HeadsError(f"{path}: cannot read the heads file: not a safetensors file, or a damaged one ({error}); "
                              "fit one with `decisionflow fit`") from None
+        except OSError as error:
+            raise HeadsError(f"{path}: cannot read the heads file: {error.strerror or error}") from None
         try:
             metadata = HeadsMetadata.model_validate_json(header)
         except ValidationError as error:

@@ -458,6 +458,8 @@ def test_saving_heads_refuses_to_replace_another_file_and_rewrites_its_own(fitte
         heads.save(tmp_path / "notes.safetensors")
     assert notes.read_text(encoding="utf-8") == '{"mine": true}'
     assert not (tmp_path / "notes.safetensors").exists()
+    with pytest.raises(HeadsError, match="is a folder; give a file name"):
+        heads.save(tmp_path)
 
 
 def test_fit_names_every_label_that_is_not_an_answer_at_once(tmp_path: Path):
@@ -486,7 +488,7 @@ def test_calibrating_a_head_on_the_rows_it_was_fitted_on_is_warned_about(fitted_
     assert result.exit_code == 0, result.output
     overlap, warning = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert overlap.startswith(f"warning: 40 of the 40 rows calibrated on were used to fit the heads in "
-                              f"{Heads.path_for(here)} (data rows 0, 1, 2, 3, 4 and 35 more)")
+                              f"{Heads.path_for(here)} (data rows 0, 1, 2, 3, 4, ... (40 in all))")
     assert warning.startswith("warning: code: the temperature stopped at the search's lower end (0.050)")
     assert warning.endswith("rows its fitted head was trained on (calibrate a head on rows it was not fitted on)")
 
