@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import DataError
-from ..quality.labelled import cell_label, fit_columns, load_records, parse_slice
+from ..quality.labelled import cell_label, fit_columns, load_records, parse_slice, refuse_short_rows
 from ..spec.references import YAML_SUFFIXES
 from .common import (
     DeviceOption,
@@ -178,6 +178,7 @@ def _examples(rubric: Any, data: Path, labels: list[str], text_column: str, rows
         raise DataError(f"{data}: no column {text_column!r} for the input text (columns: {', '.join(header)}); "
                         "name it with --text-column")
     columns = fit_columns(rubric, header, given)
+    refuse_short_rows(data, records, [text_column])
     selected = parse_slice(rows)
     numbered = list(enumerate(records))
     if selected is not None:

@@ -80,20 +80,18 @@ def load_labelled(
     With `rubric`, each gold cell is read as its field's label (`gold_label`: `True` -> `true`).
     """
     path = Path(path)
-    is_csv = path.suffix.lower() == ".csv"
-    # A CSV row short of a column this command does not read is still usable (load_records refuses it).
-    header, records = _csv_records(path) if is_csv else load_records(path)
+    header, records = load_records(path)
     if columns is None:
         columns = label_columns(fields, header, given_columns)
     for column in [text_column, *columns.values()]:
         if column not in header:
             raise DataError(f"{path}: no column {column!r} (columns: {', '.join(header)})")
+    refuse_short_rows(path, records, [text_column])
     rows = []
     for index, record in enumerate(records):
         text = record.get(text_column)
         if text is None:
-            missing = "has fewer cells than the header" if is_csv else f"has no {text_column!r}"
-            raise DataError(f"{path}: data row {index} {missing}")
+            raise DataError(f"{path}: data row {index} has no {text_column!r}")
         if not isinstance(text, str):
             raise DataError(f"{path}: data row {index}: the {text_column!r} cell holds a {type(text).__name__}, "
                             "not a text (eval and calibrate score text inputs)")
@@ -230,22 +228,29 @@ out-of-scope class (CLINC150's `oos`) alone."""
 def load_records(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
     """Every row of a labelled CSV, JSONL or Parquet file as a mapping, and the columns seen (in order).
 
-    CSV (`.csv`): a header row, RFC 4180 quoting; JSONL (any other suffix): one JSON object per line;
-    Parquet (`.parquet`, `.pq`; needs pyarrow)."""
+    CSV (`.csv`): a header row, RFC 4180 quoting; a row with fewer cells than the header holds None in
+    the missing ones (`refuse_short_rows` refuses those a command reads); JSONL (any other suffix): one
+    JSON object per line; Parquet (`.parquet`, `.pq`; needs pyarrow)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        header, records = _csv_records(path)
-        short = next((number for number, record in enumerate(records) if None in record.values()), None)
-        if short is not None:
-            raise DataError(f"{path}: data row {short} has fewer cells than the header")
-        return header, records
+        return _csv_records(path)
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
     header, records = _parquet_records(path) if suffix in (".parquet", ".pq") else _jsonl_records(path)
     if not records:
         raise DataError(f"{path}: no data rows")
     return header, records
+
+
+def refuse_short_rows(path: Path, records: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    """A CSV row that lacks a cell of a column the command reads is malformed (its cells may have shifted):
+    refused, naming it. Other formats have no cells to lack."""
+    if Path(path).suffix.lower() != ".csv":
+        return
+    short = next((number for number, record in enumerate(records) if any(record.get(c) is None for c in columns)), None)
+    if short is not None:
+        raise DataError(f"{path}: data row {short} has fewer cells than the header")
 
 
 def _parquet_records(path: Path) -> tuple[list[str], list[dict[str, Any]]]:

@@ -203,6 +203,15 @@ def test_every_format_reads_cells_alike_and_names_a_bad_row(tmp_path):
     short.write_text("text,spam,notes\nWIN a phone,true,kept\nLunch?,false\n", encoding="utf-8")
     rows, _ = load_labelled(short, text_column="text", fields=["spam"])
     assert [row.gold["spam"] for row in rows] == ["true", "false"]
+    # A row short of its text is malformed, named; one short of its label labels nothing.
+    shifted = tmp_path / "shifted.csv"
+    shifted.write_text("spam,text\ntrue,WIN a phone\nfalse\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"shifted\.csv: data row 1 has fewer cells than the header$"):
+        load_labelled(shifted, text_column="text", fields=["spam"])
+    unlabelled = tmp_path / "unlabelled.csv"
+    unlabelled.write_text("text,spam\nWIN a phone,true\nLunch?\n", encoding="utf-8")
+    rows, _ = load_labelled(unlabelled, text_column="text", fields=["spam"])
+    assert [row.gold["spam"] for row in rows] == ["true", ""]
     jsonl = tmp_path / "rows.jsonl"
     jsonl.write_text(json.dumps({"text": "hi", "spam": False}) + "\n" + json.dumps({"spam": True}) + "\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"rows\.jsonl: data row 1 has no 'text'$"):
