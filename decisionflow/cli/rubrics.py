@@ -94,8 +94,8 @@ def plan(
     if as_json:
         typer.echo(json.dumps(data))
         return
-    # The token view is wide; a pipe or a narrow terminal must not silently drop its columns.
-    console = Console(width=max(Console().width, 150)) if "head_tokens" in data else Console()
+    # A pipe or a narrow terminal must not silently drop columns (rich would cut them to '…').
+    console = Console(width=max(Console().width, 150 if "head_tokens" in data else 120))
     console.print(plan_table(rubric, result, data if "head_tokens" in data else None))
     if "head_tokens" in data:
         say(console,
@@ -148,11 +148,12 @@ def plan_table(rubric: Rubric, result: Plan, token_view: dict | None = None) -> 
         title_justify="left",
         box=box.SIMPLE_HEAD,
     )
-    # Only the dependencies column wraps; the short columns keep their width on a narrow terminal.
+    # Only the dependencies column wraps (folding its names, never cutting them); the short columns
+    # keep their width.
     for column, justify in [("round", "right"), ("level", "right"), ("pinned", "left"), ("field", "left"),
                             ("kind", "left"), ("options", "right")]:
         table.add_column(column, justify=justify, no_wrap=True)
-    table.add_column("depends on")
+    table.add_column("depends on", min_width=16, overflow="fold")
     rows = {}
     if token_view is not None:
         table.add_column("row tokens", justify="right")
