@@ -42,7 +42,7 @@ from ..errors import CompileError, DataError, DecisionflowError, InputError, Una
 from ..runtime.executor import check_fits
 from ..runtime.loading import is_hub_id
 from .batcher import MicroBatcher, Timing
-from .body import first_repeated_key, json_content_type, parse_json, read_body
+from .body import first_repeated_key, input_shape_problem, json_content_type, parse_json, read_body
 from .budget import ANONYMOUS, PreparationBudget
 from .logs import log
 from .metrics import CONTENT_TYPE, Metrics
@@ -239,11 +239,18 @@ class DecisionService:
         payloads, single = await self.off_loop(self._decide_inputs, raw)
         self.batcher.refuse_if_full(len(payloads))
         fields = ["text"] if single else [field_path("texts", i) for i in range(len(payloads))]
-        outcomes = await asyncio.gather(
-            *(self._decide_one(("rubric", name), entry.rubric, entry.calibration, entry.heads, payload, where, note)
-              for payload, where in zip(payloads, fields)),
-            return_exceptions=True,
-        )
+        async def decide(payload: Any, where: str) -> Any:
+            what = input_shape_problem(payload)
+            if what is not None:
+                # The route decides what /v1/systemone decides; a list of strings in `text` was meant as `texts`.
+                hint = "; for several inputs, give `texts`" if single and what.startswith("a list of") else ""
+                raise Located(DataError(f"an input must be a string, an object or a list of {{role, content}} "
+                                        f"messages, got {what}{hint}"), where)
+            return await self._decide_one(("rubric", name), entry.rubric, entry.calibration, entry.heads, payload,
+                                          where, note)
+
+        outcomes = await asyncio.gather(*(decide(payload, where) for payload, where in zip(payloads, fields)),
+                                        return_exceptions=True)
         if single:
             if isinstance(outcomes[0], BaseException):
                 raise outcomes[0]

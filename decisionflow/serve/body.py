@@ -130,3 +130,29 @@ def first_repeated_key(value: Any, *path: str | int) -> tuple[str, str] | None:
         elif isinstance(item, list):
             stack.extend((child, (*where, index)) for index, child in reversed(list(enumerate(item))))
     return None
+
+
+def json_type(value: Any) -> str:
+    """What a parsed JSON value is, in the request's terms. By `isinstance`: objects are parsed as
+    `ParsedObject` (a dict subclass), and a Python class name means nothing to a client."""
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (dict, "an object"),
+                       (list, "a list")):
+        if isinstance(value, kind):
+            return name
+    return "a value JSON cannot hold"
+
+
+def input_shape_problem(value: Any) -> str | None:
+    """Why a request's input is not one the HTTP routes decide: a string, an object or a conversation
+    (a list of {role, content} messages); None when it is. What it is, in the request's terms."""
+    if isinstance(value, (str, dict)):
+        return None
+    if isinstance(value, list) and value and all(isinstance(m, dict) and {"role", "content"} & set(m) for m in value):
+        return None  # a conversation: each message's role and content are checked when the input is rendered
+    if value == []:
+        return "an empty list"
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return f"a list of {len(value)} string{'s' if len(value) != 1 else ''}"
+    return json_type(value)

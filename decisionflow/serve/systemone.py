@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 from ..errors import DataError, Problem, RubricError
 from ..spec.rubric import FieldKind, FieldSpec, Rubric, normalise_label
-from .body import first_repeated_key, lone_surrogate
+from .body import first_repeated_key, input_shape_problem, json_type, lone_surrogate
 from .refusals import Located, field_path
 from .settings import Limits
 
@@ -82,7 +82,7 @@ class SystemOneRequest:
 def parse_request(body: Any, limits: Limits) -> SystemOneRequest:
     """The request checked field by field; every problem is located (`questions.spam.criteria`)."""
     if not isinstance(body, dict):
-        raise Located(DataError(f"the request body must be a JSON object, got {_json_type(body)}"), "body")
+        raise Located(DataError(f"the request body must be a JSON object, got {json_type(body)}"), "body")
     repeated = first_repeated_key(body)
     if repeated is not None:
         raise _repeated_key_error(*repeated)
@@ -98,7 +98,7 @@ def parse_request(body: Any, limits: Limits) -> SystemOneRequest:
     _check_state_shape(state)
     raw = body["questions"]
     if not isinstance(raw, dict) or not raw:
-        what = "an empty object" if isinstance(raw, dict) else _json_type(raw)
+        what = "an empty object" if isinstance(raw, dict) else json_type(raw)
         raise _problems([Problem(SOURCE, "questions", f"must be an object of at least one question, got {what}")])
     if len(raw) > limits.max_questions:
         raise _problems([Problem(SOURCE, "questions", f"{len(raw)} questions; at most {limits.max_questions} per request")])
@@ -117,20 +117,17 @@ def parse_request(body: Any, limits: Limits) -> SystemOneRequest:
 
 
 def _check_state_shape(state: Any) -> None:
-    if isinstance(state, (str, dict)):
-        return
-    if isinstance(state, list) and state and all(isinstance(m, dict) and {"role", "content"} & set(m) for m in state):
-        return  # a conversation: each message's role and content are checked when the input is rendered
-    what = "an empty list" if state == [] else _json_type(state)
-    raise Located(
-        DataError(f"`state` must be a string, an object or a list of {{role, content}} messages, got {what}"), "state"
-    )
+    what = input_shape_problem(state)
+    if what is not None:
+        raise Located(
+            DataError(f"`state` must be a string, an object or a list of {{role, content}} messages, got {what}"), "state"
+        )
 
 
 def _question(qid: str, spec: Any, limits: Limits, problems: list[Problem]) -> Question | None:
     where = ("questions", qid)
     if not isinstance(spec, dict):
-        problems.append(Problem(SOURCE, field_path(*where), f"must be an object with {', '.join(QUESTION_KEYS)}, got {_json_type(spec)}"))
+        problems.append(Problem(SOURCE, field_path(*where), f"must be an object with {', '.join(QUESTION_KEYS)}, got {json_type(spec)}"))
         return None
     before = len(problems)
     for key in spec:
@@ -138,7 +135,7 @@ def _question(qid: str, spec: Any, limits: Limits, problems: list[Problem]) -> Q
             problems.append(Problem(SOURCE, field_path(*where, key), f"unknown key (allowed: {', '.join(QUESTION_KEYS)})"))
     if not isinstance(spec.get("type", ""), str):
         problems.append(Problem(SOURCE, field_path(*where, "type"), f"must be one of {', '.join(QUESTION_TYPES)} "
-                                                                   f"(got {_json_type(spec['type'])})"))
+                                                                   f"(got {json_type(spec['type'])})"))
         return None
     kind = spec.get("type")
     if kind not in QUESTION_TYPES:
@@ -146,7 +143,7 @@ def _question(qid: str, spec: Any, limits: Limits, problems: list[Problem]) -> Q
         problems.append(Problem(SOURCE, field_path(*where, "type"), f"must be one of {', '.join(QUESTION_TYPES)} ({got})"))
     instructions = spec.get("instructions")
     if not isinstance(instructions, str) or not instructions.strip():
-        got = "missing" if "instructions" not in spec else f"got {_json_type(instructions)}" if not isinstance(instructions, str) else "got blank text"
+        got = "missing" if "instructions" not in spec else f"got {json_type(instructions)}" if not isinstance(instructions, str) else "got blank text"
         problems.append(Problem(SOURCE, field_path(*where, "instructions"), f"must be the question as non-blank text ({got})"))
     elif bad := lone_surrogate(instructions):
         problems.append(Problem(SOURCE, field_path(*where, "instructions"), f"holds a lone surrogate ({bad}): it is not Unicode text"))
@@ -162,7 +159,7 @@ def _noul_criteria(value: Any, given: bool, where: str, limits: Limits, problems
     if value is None:
         return None
     if not isinstance(value, dict) or not value:
-        what = "an empty object" if isinstance(value, dict) else _json_type(value)
+        what = "an empty object" if isinstance(value, dict) else json_type(value)
         problems.append(Problem(SOURCE, where, f"a noul question's criteria are an object {{\"true\": ..., \"false\": ...}} or absent, got {what}"))
         return None
     described: dict[str, str] = {}
@@ -179,7 +176,7 @@ def _noul_criteria(value: Any, given: bool, where: str, limits: Limits, problems
 
 def _choice_criteria(value: Any, given: bool, where: str, limits: Limits, problems: list[Problem]) -> Any:
     if not isinstance(value, dict) or not value:
-        what = "missing" if not given else "an empty object" if isinstance(value, dict) else _json_type(value)
+        what = "missing" if not given else "an empty object" if isinstance(value, dict) else json_type(value)
         problems.append(Problem(SOURCE, where, f"a choice question's criteria map each label to a description or null ({what})"))
         return None
     if len(value) < 2:
@@ -208,7 +205,7 @@ def _choice_criteria(value: Any, given: bool, where: str, limits: Limits, proble
 
 def _score_criteria(value: Any, given: bool, where: str, limits: Limits, problems: list[Problem]) -> Any:
     if not isinstance(value, list) or not value:
-        what = "missing" if not given else "an empty list" if isinstance(value, list) else _json_type(value)
+        what = "missing" if not given else "an empty list" if isinstance(value, list) else json_type(value)
         problems.append(Problem(SOURCE, where, f"a score question's criteria are a list of {MIN_LEVELS}-{MAX_LEVELS} level descriptions ({what})"))
         return None
     if not MIN_LEVELS <= len(value) <= MAX_LEVELS:
@@ -220,7 +217,7 @@ def _score_criteria(value: Any, given: bool, where: str, limits: Limits, problem
 
 def _description(value: Any, where: str, problems: list[Problem], *, required: bool = False) -> str:
     if not isinstance(value, str) or (required and not value.strip()):
-        problems.append(Problem(SOURCE, where, f"must be a description as text, got {_json_type(value) if not isinstance(value, str) else 'blank text'}"))
+        problems.append(Problem(SOURCE, where, f"must be a description as text, got {json_type(value) if not isinstance(value, str) else 'blank text'}"))
         return ""
     if bad := lone_surrogate(value):
         problems.append(Problem(SOURCE, where, f"the description holds a lone surrogate ({bad}): it is not Unicode text"))
@@ -241,18 +238,6 @@ def _repeated_key_error(where: str, key: str) -> Exception:
 
 def _problems(problems: list[Problem]) -> RubricError:
     return RubricError(problems)
-
-
-def _json_type(value: Any) -> str:
-    """What a parsed JSON value is, in the request's terms. By `isinstance`: objects are parsed as
-    `body.ParsedObject` (a dict subclass), and a Python class name means nothing to a client."""
-    if value is None:
-        return "null"
-    for kind, name in ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (dict, "an object"),
-                       (list, "a list")):
-        if isinstance(value, kind):
-            return name
-    return "a value JSON cannot hold"
 
 
 # -- the rubric -----------------------------------------------------------------------------------------

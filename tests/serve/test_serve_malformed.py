@@ -61,6 +61,28 @@ def test_nan_infinity_and_overflowing_numbers_are_not_json(client, literal):
     assert reply.status == 400, reply.body
 
 
+def test_a_rubric_route_decides_the_inputs_the_systemone_route_does(client):
+    """A string, an object or a conversation; `text` holding a list of strings (meant as `texts`), a number
+    or a boolean is refused naming `text`, as /v1/systemone refuses it in `state`."""
+    reply = client.post("/v1/rubrics/tickets/decide", {"text": ["a gorgeous film", "a dull film"]})
+    assert reply.status == 400, reply.body
+    error = reply.body["error"]
+    assert error["type"] == "DataError" and error["field"] == "text"
+    assert error["message"] == ("an input must be a string, an object or a list of {role, content} messages, "
+                                "got a list of 2 strings; for several inputs, give `texts`")
+    for value, what in ((5, "a number"), (True, "a boolean")):
+        reply = client.post("/v1/rubrics/tickets/decide", {"text": value})
+        assert reply.status == 400 and reply.body["error"]["message"].endswith(f"got {what}"), reply.body
+        state = client.post("/v1/systemone", raw=systemone(state=json.dumps(value)))
+        assert state.status == 400 and state.body["error"]["message"].endswith(f"got {what}"), state.body
+    reply = client.post("/v1/rubrics/tickets/decide", {"texts": ["I was charged twice", 7]})
+    assert reply.status == 200, reply.body
+    good, bad = reply.body["results"]
+    assert "fields" in good and bad["error"]["field"] == "texts[1]" and bad["error"]["message"].endswith("got a number")
+    conversation = [{"role": "user", "content": "I was charged twice"}]
+    assert client.post("/v1/rubrics/tickets/decide", {"text": conversation}).status == 200
+
+
 def test_a_text_plain_body_is_a_415(client):
     reply = client.post("/v1/systemone", raw=systemone(), headers={"Content-Type": "text/plain"})
     assert reply.status == 415 and reply.body["error"]["type"] == "UnsupportedMediaType"
