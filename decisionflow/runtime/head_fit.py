@@ -416,7 +416,7 @@ def fit_field(
         better = _rank(chosen_figure, score=score) < _rank(candidates["zero_shot"], score=score)
         head, spread, temperature = None, None, 1.0
         if wins and best == "fitted":
-            temperature = _temperature(tried["fitted"], gold)
+            temperature = _temperature(tried["fitted"], gold, log_bounds=TEMPERATURE_LOG_BOUNDS)
             head = _fit_path(features, gold, regularisation).head(temperature, len(labels))
         elif wins:
             spread = _spread(tried["ordinal"], gold, values)
@@ -432,7 +432,15 @@ def fit_field(
         regularisation=tuple(regularisation) if multinomial else (),
         penalties=ORDINAL_PENALTIES if ordinal else (), temperature=temperature, spread=spread, folds=splits,
         candidates=candidates, **base, note=note)
-    return info, head, ""
+    # Every out-of-fold answer right: the log-loss falls without end as the temperature does, so the
+    # search stops wherever it flattens (near its lower end) and the head is as sure as it can be.
+    unbounded = head is not None and best == "fitted" and (
+        candidates["fitted"].accuracy == 1.0 or temperature <= math.exp(TEMPERATURE_LOG_BOUNDS[0]) * (1 + 1e-3))
+    warning = (f"warning: field {name!r}: every cross-validated answer of its head was right, so nothing limits its "
+               f"confidence (temperature {temperature:.3f}): its probabilities sit near 0 and 1 and overstate its "
+               "certainty on inputs unlike its rows; fit on more varied rows, or calibrate on rows held out from "
+               "the fit") if unbounded else ""
+    return info, head, warning
 
 
 def _kept_head(candidates: Mapping[str, Candidate], errors: Mapping[str, list[int] | None], *, score: bool,
@@ -554,7 +562,11 @@ class _PathHead:
         return FieldHead(tensor(weight), tensor(bias), tensor(self.mean), tensor(self.scale))
 
 
-def _temperature(held_out: Any, gold: Any, *, log_bounds: tuple[float, float] = (-4.0, 4.0)) -> float:
+TEMPERATURE_LOG_BOUNDS = (-4.0, 4.0)
+"""Where the head's temperature is searched (log): a fit that ends at the lower end is warned about."""
+
+
+def _temperature(held_out: Any, gold: Any, *, log_bounds: tuple[float, float] = TEMPERATURE_LOG_BOUNDS) -> float:
     """The one factor the averaged scores are divided by: the lowest log-loss of the rows' out-of-fold
     scores. The average of a path's regressions is less confident than its accuracy warrants (its most
     regularised members are nearly flat): on BANKING77's dev rows its calibration error was 0.17, and

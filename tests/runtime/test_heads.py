@@ -587,3 +587,27 @@ def test_heads_metadata_of_a_single_c_still_loads():
     assert old.regularisation == (0.01,) and old.temperature == 1.0
     assert FieldHeadInfo(labels=("a", "b"), readout="zero_shot", regularisation=None).regularisation == ()
     assert FieldHeadInfo(labels=("a", "b"), readout="fitted", regularisation=REGULARISATION_GRID).regularisation == REGULARISATION_GRID
+
+
+def test_a_head_right_on_every_held_out_row_is_warned_about(engine: Engine):
+    """Two opaque tags on two unmistakable topics: every out-of-fold answer right, so the fitted temperature
+    runs toward its lower end and the head answers near 0/1; the fit says so."""
+    from decisionflow.spec.yaml_rubric import loads_rubric
+
+    rubric = loads_rubric("name: topics\ninstructions: Tag one message.\nfields:\n"
+                          "  tag: {kind: choice, question: Which tag the message gets, options: [k1, k2]}\n")
+    money = ["Please refund the duplicate charge on my card.", "I was billed twice for my subscription.",
+             "Where is the refund for my cancelled order?", "My invoice shows an extra fee I did not agree to.",
+             "Can you reverse the payment you took yesterday?", "The bank statement has a charge I never made.",
+             "I want my money back for the broken kettle.", "Why was my card debited two times?"]
+    weather = ["Will it rain in Paris tomorrow afternoon?", "How hot will it get this weekend in Madrid?",
+               "Is there snow forecast for the Alps on Friday?", "What is the wind speed at the coast today?",
+               "Should I take an umbrella to Berlin tonight?", "Is a storm coming to Miami next week?",
+               "How cold is it in Oslo this morning?", "Will the fog lift over London by noon?"]
+    result = engine.fit(rubric, [(t, {"tag": "k1"}) for t in money] + [(t, {"tag": "k2"}) for t in weather])
+    info = result.fields["tag"]
+    assert info.readout == "fitted" and info.candidates["fitted"].accuracy == 1.0 and info.temperature < 0.1
+    [warning] = result.warnings
+    assert warning.startswith("warning: field 'tag': every cross-validated answer of its head was right")
+    decided = engine.decide(rubric, "What is the forecast for Rome on Sunday?", heads=result.heads)
+    assert max(decided.fields["tag"].probabilities.values()) > 0.99
