@@ -30,6 +30,9 @@ TEXT_KEYS = ("text", "input", "messages")
 ID_KEY = "id"
 CSV_SUFFIXES = (".csv",)
 PARQUET_SUFFIXES = (".parquet", ".pq")
+UNREAD_SUFFIXES = (".tsv", ".xls", ".xlsx", ".gz", ".bz2", ".xz", ".zst", ".zip")
+"""Names of a format no input reader takes (another table, a compressed file): refused by name rather
+than read as JSONL, which would fail on its first line with a message about JSON."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,12 @@ class _Cell:
 
 
 def input_format(path: Path) -> str:
-    """`csv`, `parquet`, or `jsonl` (every other suffix, as `run --input` always read)."""
+    """`csv`, `parquet`, or `jsonl` (every other suffix, as `run --input` always read); a name of another
+    table or a compressed file (`UNREAD_SUFFIXES`) is a `DataError` saying what is read."""
     suffix = path.suffix.lower()
+    if suffix in UNREAD_SUFFIXES:
+        raise DataError(f"{path}: {suffix} files are not read; give JSONL, CSV (.csv) or Parquet (.parquet, .pq)"
+                        + (", uncompressed" if suffix in (".gz", ".bz2", ".xz", ".zst", ".zip") else ""))
     if suffix in CSV_SUFFIXES:
         return "csv"
     if suffix in PARQUET_SUFFIXES:
@@ -115,7 +122,8 @@ def _jsonl_cells(path: Path, text_column: str | None, id_column: str | None) -> 
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: not a JSON object: {exc.msg}") from None
+            raise DataError(f"{where}: not a JSON object: {exc.msg} (a file not named .csv, .parquet or .pq is "
+                            "read as JSONL)") from None
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected a JSON object with a `{text_column or 'text'}` key")
         key = _text_name(list(row), text_column, where, "key")

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, NoReturn
 
 from ..errors import DataError, DecisionflowError
 from ..paths import existing_ancestor
-from .input_files import CSV_SUFFIXES, PARQUET_SUFFIXES, TEXT_KEYS, InputRow, read_rows
+from .input_files import CSV_SUFFIXES, PARQUET_SUFFIXES, TEXT_KEYS, UNREAD_SUFFIXES, InputRow, read_rows
 
 __all__ = [
     "TEXT_KEYS", "BatchSummary", "InputRow", "OutputIdentity", "OutputRefused", "ResumableOutput", "check_output",
@@ -47,7 +47,7 @@ __all__ = [
 
 RUBRIC_KEY = "rubric"
 FINGERPRINT_KEY = "rubric_fingerprint"
-REFUSED_SUFFIXES = (*CSV_SUFFIXES, *PARQUET_SUFFIXES, ".tsv", ".xls", ".xlsx", ".gz", ".bz2", ".xz", ".zst", ".zip")
+REFUSED_SUFFIXES = (*CSV_SUFFIXES, *PARQUET_SUFFIXES, *UNREAD_SUFFIXES)
 """Output names that promise another format (a table, a compressed file): the output is plain JSONL."""
 _RECORD_START = b'{"id": '
 """How every record line begins (`encode_record` writes the id first): what a line torn by a kill starts with."""

@@ -24,6 +24,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..batch.input_files import input_format
 from ..errors import DataError, Unavailable
 from ..spec.gold import BOOLEAN_GOLD, gold_label
 from ..spec.rubric import FieldKind, FieldSpec, Rubric, Value
@@ -232,6 +233,7 @@ def load_records(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
     the missing ones (`refuse_short_rows` refuses those a command reads); JSONL (any other suffix): one
     JSON object per line; Parquet (`.parquet`, `.pq`; needs pyarrow)."""
     path = Path(path)
+    input_format(path)  # a compressed file or another table is refused by name
     suffix = path.suffix.lower()
     if suffix == ".csv":
         return _csv_records(path)

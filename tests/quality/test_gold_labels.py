@@ -235,3 +235,15 @@ def test_calibrating_several_fields_leaves_a_row_out_only_of_the_field_it_does_n
         "left out 2 rows with no label for 'spam' in column 'spam' (data rows 2, 3); 3 left for it",
         "left out 2 rows with no label for 'team' in column 'team' (data rows 1, 3); 3 left for it",
         "error: stopped before the model"]
+
+
+@pytest.mark.parametrize("name", ["rows.jsonl.gz", "rows.tsv", "rows.xlsx"])
+def test_a_compressed_file_or_another_table_is_refused_by_name(tmp_path, name):
+    from decisionflow.batch.input_files import read_rows
+
+    path = tmp_path / name
+    path.write_bytes(b"\x1f\x8b\x08 not text")
+    suffix = path.suffix
+    for read in (lambda: load_labelled(path, text_column="text", fields=["spam"]), lambda: read_rows(path)):
+        with pytest.raises(DataError, match=rf"{name}: \{suffix} files are not read; give JSONL, CSV \(\.csv\) or Parquet"):
+            read()
