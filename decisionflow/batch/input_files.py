@@ -30,7 +30,8 @@ TEXT_KEYS = ("text", "input", "messages")
 ID_KEY = "id"
 CSV_SUFFIXES = (".csv",)
 PARQUET_SUFFIXES = (".parquet", ".pq")
-UNREAD_SUFFIXES = (".tsv", ".xls", ".xlsx", ".gz", ".bz2", ".xz", ".zst", ".zip")
+COMPRESSED_SUFFIXES = (".gz", ".tgz", ".bz2", ".xz", ".zst", ".zip", ".7z", ".tar")
+UNREAD_SUFFIXES = (".tsv", ".xls", ".xlsx", *COMPRESSED_SUFFIXES)
 """Names of a format no input reader takes (another table, a compressed file): refused by name rather
 than read as JSONL, which would fail on its first line with a message about JSON."""
 
@@ -72,7 +73,7 @@ def input_format(path: Path) -> str:
     suffix = path.suffix.lower()
     if suffix in UNREAD_SUFFIXES:
         raise DataError(f"{path}: {suffix} files are not read; give JSONL, CSV (.csv) or Parquet (.parquet, .pq)"
-                        + (", uncompressed" if suffix in (".gz", ".bz2", ".xz", ".zst", ".zip") else ""))
+                        + (", uncompressed" if suffix in COMPRESSED_SUFFIXES else ""))
     if suffix in CSV_SUFFIXES:
         return "csv"
     if suffix in PARQUET_SUFFIXES:

@@ -153,7 +153,7 @@ def plan_table(rubric: Rubric, result: Plan, token_view: dict | None = None) -> 
     for column, justify in [("round", "right"), ("level", "right"), ("pinned", "left"), ("field", "left"),
                             ("kind", "left"), ("options", "right")]:
         table.add_column(column, justify=justify, no_wrap=True)
-    table.add_column("depends on", min_width=16, overflow="fold")
+    table.add_column("depends on", overflow="fold")
     rows = {}
     if token_view is not None:
         table.add_column("row tokens", justify="right")

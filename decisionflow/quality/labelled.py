@@ -233,22 +233,22 @@ def load_records(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
     the missing ones (`refuse_short_rows` refuses those a command reads); JSONL (any other suffix): one
     JSON object per line; Parquet (`.parquet`, `.pq`; needs pyarrow)."""
     path = Path(path)
-    input_format(path)  # a compressed file or another table is refused by name
-    suffix = path.suffix.lower()
-    if suffix == ".csv":
+    found = input_format(path)  # a compressed file or another table is refused by name
+    if found == "csv":
         return _csv_records(path)
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
-    header, records = _parquet_records(path) if suffix in (".parquet", ".pq") else _jsonl_records(path)
+    header, records = _parquet_records(path) if found == "parquet" else _jsonl_records(path)
     if not records:
         raise DataError(f"{path}: no data rows")
     return header, records
 
 
 def refuse_short_rows(path: Path, records: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """A CSV row that lacks a cell of a column the command reads is malformed (its cells may have shifted):
-    refused, naming it. Other formats have no cells to lack."""
-    if Path(path).suffix.lower() != ".csv":
+    """A CSV row that lacks a cell of one of `columns` (the commands pass the text column; a row short of
+    a label cell labels nothing) is malformed, its cells perhaps shifted: refused, naming it. Other
+    formats have no cells to lack."""
+    if input_format(Path(path)) != "csv":
         return
     short = next((number for number, record in enumerate(records) if any(record.get(c) is None for c in columns)), None)
     if short is not None:

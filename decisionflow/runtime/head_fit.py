@@ -432,15 +432,21 @@ def fit_field(
         regularisation=tuple(regularisation) if multinomial else (),
         penalties=ORDINAL_PENALTIES if ordinal else (), temperature=temperature, spread=spread, folds=splits,
         candidates=candidates, **base, note=note)
-    # Every out-of-fold answer right: the log-loss falls without end as the temperature does, so the
-    # search stops wherever it flattens (near its lower end) and the head is as sure as it can be.
-    unbounded = head is not None and best == "fitted" and (
-        candidates["fitted"].accuracy == 1.0 or temperature <= math.exp(TEMPERATURE_LOG_BOUNDS[0]) * (1 + 1e-3))
-    warning = (f"warning: field {name!r}: every cross-validated answer of its head was right, so nothing limits its "
-               f"confidence (temperature {temperature:.3f}): its probabilities sit near 0 and 1 and overstate its "
-               "certainty on inputs unlike its rows; fit on more varied rows, or calibrate on rows held out from "
-               "the fit") if unbounded else ""
-    return info, head, warning
+    return info, head, _overconfidence_warning(name, head is not None and candidates[best].accuracy == 1.0,
+                                               head is not None and best == "fitted" and temperature
+                                               <= math.exp(TEMPERATURE_LOG_BOUNDS[0]) * (1 + 1e-3))
+
+
+def _overconfidence_warning(name: str, all_right: bool, at_bound: bool) -> str:
+    """Every out-of-fold answer right: the log-loss falls without end as the temperature (or an ordinal
+    head's spread) does, so the search stops where it flattens and the head is as sure as it can be;
+    a temperature at its search's lower end says the same of the rows it was fitted on."""
+    if not (all_right or at_bound):
+        return ""
+    why = ("every cross-validated answer of its head was right, so nothing limits its confidence" if all_right
+           else "its temperature stopped at the lower end of its search")
+    return (f"warning: field {name!r}: {why}: its probabilities sit near 0 and 1 and overstate its certainty on "
+            "inputs unlike its rows; fit on more varied rows, or calibrate on rows held out from the fit")
 
 
 def _kept_head(candidates: Mapping[str, Candidate], errors: Mapping[str, list[int] | None], *, score: bool,

@@ -242,10 +242,10 @@ class DecisionService:
         async def decide(payload: Any, where: str) -> Any:
             what = input_shape_problem(payload)
             if what is not None:
-                # The route decides what /v1/systemone decides; a list of strings in `text` was meant as `texts`.
+                # What no input is (a number, a boolean, ...); a list of strings in `text` was meant as `texts`.
                 hint = "; for several inputs, give `texts`" if single and what.startswith("a list of") else ""
-                raise Located(DataError(f"an input must be a string, an object or a list of {{role, content}} "
-                                        f"messages, got {what}{hint}"), where)
+                raise Located(DataError(f"an input must be a string, an object or a list (a conversation of "
+                                        f"{{role, content}} messages, or structured data), got {what}{hint}"), where)
             return await self._decide_one(("rubric", name), entry.rubric, entry.calibration, entry.heads, payload,
                                           where, note)
 

@@ -145,14 +145,16 @@ def json_type(value: Any) -> str:
 
 
 def input_shape_problem(value: Any) -> str | None:
-    """Why a request's input is not one the HTTP routes decide: a string, an object or a conversation
-    (a list of {role, content} messages); None when it is. What it is, in the request's terms."""
+    """Why a rubric route's input is not one it decides, in the request's terms; None when it is. A
+    string, an object, a conversation or another structured list is an input (the input policy; the
+    engine checks a conversation's messages); a number, a boolean, null, an empty list and a list of
+    strings (`texts` mistyped as `text`) are not."""
     if isinstance(value, (str, dict)):
         return None
-    if isinstance(value, list) and value and all(isinstance(m, dict) and {"role", "content"} & set(m) for m in value):
-        return None  # a conversation: each message's role and content are checked when the input is rendered
-    if value == []:
-        return "an empty list"
-    if isinstance(value, list) and all(isinstance(item, str) for item in value):
-        return f"a list of {len(value)} string{'s' if len(value) != 1 else ''}"
+    if isinstance(value, list):
+        if not value:
+            return "an empty list"
+        if all(isinstance(item, str) for item in value):
+            return f"a list of {len(value)} string{'s' if len(value) != 1 else ''}"
+        return None
     return json_type(value)

@@ -117,11 +117,14 @@ def parse_request(body: Any, limits: Limits) -> SystemOneRequest:
 
 
 def _check_state_shape(state: Any) -> None:
-    what = input_shape_problem(state)
-    if what is not None:
-        raise Located(
-            DataError(f"`state` must be a string, an object or a list of {{role, content}} messages, got {what}"), "state"
-        )
+    if isinstance(state, (str, dict)):
+        return
+    if isinstance(state, list) and state and all(isinstance(m, dict) and {"role", "content"} & set(m) for m in state):
+        return  # a conversation: each message's role and content are checked when the input is rendered
+    what = input_shape_problem(state) or json_type(state)
+    raise Located(
+        DataError(f"`state` must be a string, an object or a list of {{role, content}} messages, got {what}"), "state"
+    )
 
 
 def _question(qid: str, spec: Any, limits: Limits, problems: list[Problem]) -> Question | None:

@@ -531,3 +531,20 @@ def test_the_fitting_rows_warning_is_given_only_where_a_head_bears_on_the_scored
     assert fitted.exit_code == 0, fitted.output
     assert json.loads(fitted.stdout)["rows_heads_were_fitted_on"] == 6
     assert "warning: 6 of the 6 rows scored were used to fit the heads" in fitted.stderr
+
+
+def test_fit_reads_a_csv_row_short_of_a_label_as_unlabelled_and_refuses_one_short_of_its_text(tmp_path: Path):
+    """Checked before the model loads: `code` is the last column, so a row that stops early labels nothing
+    there; a row that stops before its text (the last column here) is malformed."""
+    from decisionflow.cli.fit import _examples
+    from decisionflow.errors import DataError
+
+    rubric = load_rubric(project(tmp_path)[0])
+    data = tmp_path / "short.csv"
+    data.write_text("text,label,code\na gorgeous film,positive,k2\na dull film,negative\n", encoding="utf-8")
+    examples, _ = _examples(rubric, data, ["sentiment=label"], "text", None, False)
+    assert [e.labels for e in examples] == [{"sentiment": "positive", "code": "k2"}, {"sentiment": "negative"}]
+    shifted = tmp_path / "shifted.csv"
+    shifted.write_text("label,code,text\npositive,k2,a gorgeous film\nnegative,k1\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"shifted\.csv: data row 1 has fewer cells than the header$"):
+        _examples(rubric, shifted, ["sentiment=label"], "text", None, False)

@@ -196,3 +196,17 @@ def test_bench_names_the_known_workloads_when_one_is_unknown():
     result = runner.invoke(app, ["bench", "--workloads", "model_routing_route,typo", "--methods", "decisionflow"])
     assert result.exit_code == 2
     assert "unknown workload 'typo'" in result.output and "model_routing_route" in result.output
+
+
+def test_plan_keeps_every_dependency_in_a_narrow_terminal_or_a_pipe():
+    from typer.testing import CliRunner
+
+    from decisionflow.cli import app
+
+    rubric = Path(__file__).resolve().parents[2] / "workflows" / "support_triage.yaml"
+    result = CliRunner().invoke(app, ["plan", str(rubric)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    for dependency in ("after customer_segment, churn_risk", "when production_affected in [true]",
+                       "after primary_department, severity"):
+        assert dependency in result.stdout

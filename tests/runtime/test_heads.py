@@ -611,3 +611,33 @@ def test_a_head_right_on_every_held_out_row_is_warned_about(engine: Engine):
     assert warning.startswith("warning: field 'tag': every cross-validated answer of its head was right")
     decided = engine.decide(rubric, "What is the forecast for Rome on Sunday?", heads=result.heads)
     assert max(decided.fields["tag"].probabilities.values()) > 0.99
+
+
+def test_the_overconfidence_warning_says_which_of_its_two_causes_holds():
+    from decisionflow.runtime.head_fit import _overconfidence_warning
+
+    assert _overconfidence_warning("level", all_right=False, at_bound=False) == ""
+    assert "every cross-validated answer of its head was right" in _overconfidence_warning("level", True, False)
+    bound = _overconfidence_warning("level", all_right=False, at_bound=True)
+    assert "its temperature stopped at the lower end of its search" in bound and "every" not in bound
+
+
+def test_a_score_field_whose_kept_head_is_right_on_every_held_out_row_is_warned_about():
+    """No model: 40 rows whose features are their level, so every out-of-fold answer is right."""
+    from decisionflow.runtime.head_fit import FieldData, fit_field
+    from decisionflow.spec.yaml_rubric import loads_rubric
+
+    rubric = loads_rubric("name: r\nfields:\n  level: {kind: score, question: How bad, min: 0, max: 4}\n")
+    generator = torch.Generator().manual_seed(0)
+    data = FieldData()
+    for row in range(40):
+        level = row % 5
+        data.hidden.append(level + 0.01 * torch.randn(64, generator=generator))
+        data.zero_shot.append(torch.log_softmax(torch.zeros(5), 0))
+        data.gold.append(level)
+        data.zero_shot_answer.append(0)
+    info, head, warning = fit_field(rubric, "level", data, layers=(-1,), zero_shot_features=True, min_rows_per_label=2,
+                                    regularisation=(0.001, 0.01, 0.1), folds=5, seed=0)
+    kept = "fitted" if info.head == "multinomial" else "ordinal"
+    assert head is not None and info.candidates[kept].accuracy == 1.0
+    assert warning.startswith("warning: field 'level': every cross-validated answer of its head was right")

@@ -68,8 +68,8 @@ def test_a_rubric_route_decides_the_inputs_the_systemone_route_does(client):
     assert reply.status == 400, reply.body
     error = reply.body["error"]
     assert error["type"] == "DataError" and error["field"] == "text"
-    assert error["message"] == ("an input must be a string, an object or a list of {role, content} messages, "
-                                "got a list of 2 strings; for several inputs, give `texts`")
+    assert error["message"] == ("an input must be a string, an object or a list (a conversation of {role, content} "
+                                "messages, or structured data), got a list of 2 strings; for several inputs, give `texts`")
     for value, what in ((5, "a number"), (True, "a boolean")):
         reply = client.post("/v1/rubrics/tickets/decide", {"text": value})
         assert reply.status == 400 and reply.body["error"]["message"].endswith(f"got {what}"), reply.body
@@ -81,6 +81,10 @@ def test_a_rubric_route_decides_the_inputs_the_systemone_route_does(client):
     assert "fields" in good and bad["error"]["field"] == "texts[1]" and bad["error"]["message"].endswith("got a number")
     conversation = [{"role": "user", "content": "I was charged twice"}]
     assert client.post("/v1/rubrics/tickets/decide", {"text": conversation}).status == 200
+    # Structured data is an input, as for `run --input`; a malformed conversation is the engine's to name.
+    assert client.post("/v1/rubrics/tickets/decide", {"text": [{"sku": "A1", "qty": 2}]}).status == 200
+    broken = client.post("/v1/rubrics/tickets/decide", {"text": [{"role": "user", "content": "hi"}, "oops"]})
+    assert broken.status == 422 and "'oops'" in broken.body["error"]["message"], broken.body
 
 
 def test_a_text_plain_body_is_a_415(client):
