@@ -25,15 +25,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ..errors import DataError, Unavailable
+from ..paths import data_format, unread_reason
 
 TEXT_KEYS = ("text", "input", "messages")
 ID_KEY = "id"
-CSV_SUFFIXES = (".csv",)
-PARQUET_SUFFIXES = (".parquet", ".pq")
-COMPRESSED_SUFFIXES = (".gz", ".tgz", ".bz2", ".xz", ".zst", ".zip", ".7z", ".tar")
-UNREAD_SUFFIXES = (".tsv", ".xls", ".xlsx", *COMPRESSED_SUFFIXES)
-"""Names of a format no input reader takes (another table, a compressed file): refused by name rather
-than read as JSONL, which would fail on its first line with a message about JSON."""
 
 
 @dataclass(frozen=True)
@@ -69,16 +64,11 @@ class _Cell:
 
 def input_format(path: Path) -> str:
     """`csv`, `parquet`, or `jsonl` (every other suffix, as `run --input` always read); a name of another
-    table or a compressed file (`UNREAD_SUFFIXES`) is a `DataError` saying what is read."""
-    suffix = path.suffix.lower()
-    if suffix in UNREAD_SUFFIXES:
-        raise DataError(f"{path}: {suffix} files are not read; give JSONL, CSV (.csv) or Parquet (.parquet, .pq)"
-                        + (", uncompressed" if suffix in COMPRESSED_SUFFIXES else ""))
-    if suffix in CSV_SUFFIXES:
-        return "csv"
-    if suffix in PARQUET_SUFFIXES:
-        return "parquet"
-    return "jsonl"
+    table or a compressed file (`paths.UNREAD_SUFFIXES`) is a `DataError` saying what is read."""
+    found = data_format(path)
+    if found == "unread":
+        raise DataError(unread_reason(path))
+    return found
 
 
 def read_rows(path: Path, *, text_column: str | None = None, id_column: str | None = None) -> list[InputRow]:

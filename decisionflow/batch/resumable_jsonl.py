@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, NoReturn
 
 from ..errors import DataError, DecisionflowError
-from ..paths import existing_ancestor
-from .input_files import CSV_SUFFIXES, PARQUET_SUFFIXES, TEXT_KEYS, UNREAD_SUFFIXES, InputRow, read_rows
+from ..paths import CSV_SUFFIXES, PARQUET_SUFFIXES, UNREAD_SUFFIXES, existing_ancestor
+from .input_files import TEXT_KEYS, InputRow, read_rows
 
 __all__ = [
     "TEXT_KEYS", "BatchSummary", "InputRow", "OutputIdentity", "OutputRefused", "ResumableOutput", "check_output",

@@ -24,8 +24,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..batch.input_files import input_format
 from ..errors import DataError, Unavailable
+from ..paths import data_format, unread_reason
 from ..spec.gold import BOOLEAN_GOLD, gold_label
 from ..spec.rubric import FieldKind, FieldSpec, Rubric, Value
 from ..spec.rubric import label_of as spec_label_of
@@ -233,7 +233,9 @@ def load_records(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
     the missing ones (`refuse_short_rows` refuses those a command reads); JSONL (any other suffix): one
     JSON object per line; Parquet (`.parquet`, `.pq`; needs pyarrow)."""
     path = Path(path)
-    found = input_format(path)  # a compressed file or another table is refused by name
+    found = data_format(path)
+    if found == "unread":  # a compressed file or another table, refused by name
+        raise DataError(unread_reason(path))
     if found == "csv":
         return _csv_records(path)
     if not path.is_file():
@@ -248,7 +250,7 @@ def refuse_short_rows(path: Path, records: Sequence[dict[str, Any]], columns: Se
     """A CSV row that lacks a cell of one of `columns` (the commands pass the text column; a row short of
     a label cell labels nothing) is malformed, its cells perhaps shifted: refused, naming it. Other
     formats have no cells to lack."""
-    if input_format(Path(path)) != "csv":
+    if data_format(Path(path)) != "csv":
         return
     short = next((number for number, record in enumerate(records) if any(record.get(c) is None for c in columns)), None)
     if short is not None:
