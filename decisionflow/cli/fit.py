@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import DataError
-from ..quality.labelled import cell_label, fit_columns, load_records, parse_slice, refuse_short_rows
+from ..quality.labelled import fit_columns, load_records, parse_slice, refuse_short_rows
 from ..spec.references import YAML_SUFFIXES
 from .common import (
     DeviceOption,
@@ -191,7 +191,7 @@ def _examples(rubric: Any, data: Path, labels: list[str], text_column: str, rows
         if not isinstance(text, (str, dict, list)) or (isinstance(text, str) and not text.strip()):
             raise DataError(f"{data}: data row {number}: the {text_column!r} cell is empty")
     try:
-        examples, skipped = examples_of(rubric, [(text, {k: cell_label(v) for k, v in found.items()}) for text, found in pairs],
+        examples, skipped = examples_of(rubric, pairs,
                                         unknown_labels="skip" if skip_unknown else "error")
     except DataError as error:
         # examples_of counts the selected rows; say which data row of the file that is.

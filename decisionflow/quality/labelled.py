@@ -3,7 +3,7 @@
 The suffix picks the format: `.csv` is read with `csv.DictReader` (RFC 4180 quoting, so texts may hold
 commas and newlines), `.parquet`/`.pq` with pyarrow, anything else as JSONL. Each evaluated field reads
 its gold label from one column: the column given for it, else a column named after the field, else
-`label`; `cell_label` reads a cell of any format as a CSV cell would be written.
+`label`; `spec.gold.cell_label` reads a cell of any format as a CSV cell would be written (as `fit` does).
 
 Gold cells are compared with the labels a field answers (`FieldSpec.labels`: `billing`, `true`, `7`).
 Given the rubric, a boolean field's cell may be spelt any way `BOOLEAN_GOLD` lists, in any case (pandas
@@ -20,13 +20,12 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import DataError, Unavailable
 from ..paths import data_format, unread_reason
-from ..spec.gold import BOOLEAN_GOLD, gold_label
+from ..spec.gold import BOOLEAN_GOLD, cell_label, gold_label
 from ..spec.rubric import FieldKind, FieldSpec, Rubric, Value
 from ..spec.rubric import label_of as spec_label_of
 from ..spec.text import shown
@@ -101,19 +100,6 @@ def load_labelled(
             gold = {name: gold_label(rubric.field(name), value) if value else value for name, value in gold.items()}
         rows.append(LabelledRow(index=index, text=text, gold=gold))
     return rows, columns
-
-
-def cell_label(value: Any) -> str:
-    """A label cell of any format as a CSV cell would be written: JSON's and Parquet's `true` and `3`
-    as `true` and `3`, an Enum member as its value, `null` and NaN (a gap in a Parquet or pandas column)
-    as empty, which labels nothing."""
-    if value is None or (isinstance(value, float) and value != value):
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, Enum):
-        value = value.value
-    return str(value).strip()
 
 
 def _csv_records(path: Path) -> tuple[list[str], list[dict[str, Any]]]:

@@ -40,7 +40,7 @@ import torch
 
 from ..errors import DataError, DecisionflowError, Unavailable
 from ..spec.declare import rubric_of
-from ..spec.gold import gold_label
+from ..spec.gold import cell_label, gold_label
 from ..spec.kinds import FieldKind
 from ..spec.rubric import Rubric
 from .head_store import library_version
@@ -148,10 +148,11 @@ def examples_of(rubric: Rubric, rows: Iterable[Any], *, unknown_labels: str = "e
         text, written = _split_row(rubric, index, row)
         labels: dict[str, str] = {}
         for name, value in written.items():
-            if value is None or (isinstance(value, str) and not value.strip()):
+            cell = cell_label(value)
+            if not cell:
                 continue
             spec = rubric.fields[name]
-            label = gold_label(spec, value.strip() if isinstance(value, str) else _as_label(value))
+            label = gold_label(spec, cell)
             if label not in spec.labels:
                 if unknown_labels == "skip":
                     skipped += 1
@@ -196,14 +197,6 @@ def _split_row(rubric: Rubric, index: int, row: Any) -> tuple[Any, dict[str, Any
             raise DataError(f"row {index}: field {name!r} is derived in code from {', '.join(spec.derive.reads)}, "
                             "so it cannot be fitted; label the fields it reads instead")
     return text, written
-
-
-def _as_label(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if hasattr(value, "value"):  # an Enum member
-        value = value.value
-    return str(value)
 
 
 def _listed(labels: Sequence[str], shown: int = 8) -> str:

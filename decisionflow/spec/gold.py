@@ -7,6 +7,9 @@ must match exactly. Used wherever labelled rows meet a rubric: evaluation, calib
 
 from __future__ import annotations
 
+from enum import Enum
+from typing import Any
+
 from .rubric import FieldKind, FieldSpec
 
 BOOLEAN_GOLD = {"true": "true", "false": "false", "yes": "true", "no": "false", "1": "true", "0": "false"}
@@ -30,3 +33,16 @@ def gold_label(spec: FieldSpec, written: str) -> str:
             return written
         return str(int(number)) if number.is_integer() else written
     return written
+
+
+def cell_label(value: Any) -> str:
+    """A label cell of any format as a CSV cell would be written: JSON's and Parquet's `true` and `3`
+    as `true` and `3`, an Enum member as its value, `null` and NaN (a gap in a Parquet or pandas column)
+    as empty, which labels nothing."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Enum):
+        value = value.value
+    return str(value).strip()
