@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from suite_support import FIXTURES
 from typer.testing import CliRunner
 
@@ -365,28 +366,19 @@ def test_fit_a_score_field_reports_both_heads_and_their_errors(tmp_path: Path):
     assert (info["spread"] is not None) == (info["head"] == "ordinal")
 
 
-PINNED_YAML = """\
-name: pinned_review
-instructions: Classify one sentence from a movie review.
-answer_format: labels
-pin_first: true
-fields:
-  code:
-    kind: choice
-    question: Which code the sentence gets
-    options: [k1, k2]
-  sentiment:
-    kind: choice
-    question: Whether the sentence is negative or positive about the film
-    options: [negative, positive]
-"""
+def pinned_yaml() -> str:
+    """The review rubric with `code` first and pinned: `sentiment` is then read after a fitted field."""
+    data = yaml.safe_load(REVIEW_YAML)
+    data.update(name="pinned_review", pin_first=True, fields={"code": data["fields"]["code"],
+                                                              "sentiment": data["fields"]["sentiment"]})
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def test_eval_compares_a_field_read_after_a_fitted_one_with_a_run_without_heads(engine, tmp_path: Path):
     """`sentiment` is read after the pinned `code`, which only a head answers: its zero-shot side is the
     engine without heads (a second run), not the same passes, whose prompts carry the head's codes."""
     rubric = tmp_path / "pinned_review.yaml"
-    rubric.write_text(PINNED_YAML, encoding="utf-8")
+    rubric.write_text(pinned_yaml(), encoding="utf-8")
     rows = write_rows(tmp_path / "rows.csv", labelled())
     # Read first, before the sentiment question, the code's head is better than zero-shot but not
     # significantly on 40 rows: kept anyway, as `--significance 1` would.
