@@ -167,7 +167,10 @@ def test_transformers_imports_cleanly_from_the_repository_root():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "None"]
+    # transformers >= 5.25 depends on Hugging Face's own `kernels` package, so the name may well resolve:
+    # to that package, never to this repository's folder.
+    _, where = out.stdout.split()
+    assert where == "None" or not Path(where).resolve().is_relative_to(KERNELS.resolve()), where
     assert not (KERNELS / "__init__.py").exists()
 
 
