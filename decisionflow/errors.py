@@ -58,6 +58,10 @@ class InputError(DecisionflowError, ValueError):
     """The request's input cannot be decided on (empty, too long for the model, wrong type)."""
 
 
+class ContextLengthError(InputError):
+    """The input does not fit the model's context beside the rubric's prompt and answers."""
+
+
 class ResultError(DecisionflowError, ValueError):
     """The decided answers were refused by the declared class's own validators."""
 

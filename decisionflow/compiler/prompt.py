@@ -66,7 +66,7 @@ def value_literal(spec: FieldSpec, value: Any, answer_format: AnswerFormat) -> s
         return str(int(value))
     if answer_format is AnswerFormat.IDS:
         return json.dumps(answer_ids(len(spec.values))[spec.values.index(value)])
-    return json.dumps(value, ensure_ascii=False)
+    return spec.literal_of(value) or json.dumps(value, ensure_ascii=False)
 
 
 def catalog_entry(spec: FieldSpec, answer_format: AnswerFormat, catalog: Catalog = Catalog.FULL) -> str:
@@ -114,6 +114,11 @@ class PromptParts:
     """Everything before the input; identical for every request of the rubric."""
     tail: str
     """Everything after the input, ending with the opener of the JSON object."""
+    opener: str = ""
+    """The opener of the JSON object, which `tail` ends with."""
+    before_input: tuple[dict[str, str], ...] = ()
+    """The messages the head renders (the system turn, then the examples' turns): a conversation's own
+    turns are rendered after them (`render_turns`)."""
 
 
 def render_prompt(
@@ -129,15 +134,17 @@ def render_prompt(
     in the engine's own JSON layout). Empty (the default): exactly the prompt without examples."""
     if not getattr(tokenizer, "chat_template", None):
         raise ModelError("the tokenizer has no chat template; decisionflow needs an instruction-tuned chat model")
+    # A rubric that reads turns takes the user's words as they are; data to judge is introduced as such.
+    lead = "" if rubric.input_turns else "Input:\n"
     shown = []
     for text, answer in examples:
-        if _INPUT_SENTINEL in text or _INPUT_SENTINEL in answer or _OPENER_SENTINEL in text or _OPENER_SENTINEL in answer:
+        if _has_marker(text) or _has_marker(answer):
             raise InputError("an in-context example contains the prompt's internal markers (U+2063 INPUT/OPEN)")
-        shown += [{"role": "user", "content": "Input:\n" + text}, {"role": "assistant", "content": answer}]
+        shown += [{"role": "user", "content": lead + text}, {"role": "assistant", "content": answer}]
+    before_input = ({"role": "system", "content": system_text(rubric, catalog)}, *shown)
     messages = [
-        {"role": "system", "content": system_text(rubric, catalog)},
-        *shown,
-        {"role": "user", "content": "Input:\n" + _INPUT_SENTINEL},
+        *before_input,
+        {"role": "user", "content": lead + _INPUT_SENTINEL},
         {"role": "assistant", "content": _OPENER_SENTINEL},
     ]
     text = tokenizer.apply_chat_template(
@@ -146,4 +153,28 @@ def render_prompt(
     if text.count(_INPUT_SENTINEL) != 1 or not text.endswith(_OPENER_SENTINEL):
         raise ModelError("the chat template did not render the conversation as expected (input or assistant turn missing)")
     head, tail = text.split(_INPUT_SENTINEL)
-    return PromptParts(head=head, tail=tail[: -len(_OPENER_SENTINEL)] + opener)
+    return PromptParts(head=head, tail=tail[: -len(_OPENER_SENTINEL)] + opener, opener=opener, before_input=before_input)
+
+
+def render_turns(tokenizer: Any, parts: PromptParts, turns: Sequence[dict[str, str]]) -> str:
+    """A conversation's turns as the model's chat template writes them between the rubric's head and its
+    tail, for a rubric that reads turns (`Rubric.input_turns`): the whole conversation is rendered after
+    the head's messages and must begin with the head and end with the tail, so the cached head and the
+    compiled answer lines read exactly what the template writes."""
+    if any(_has_marker(turn["content"]) for turn in turns):
+        raise InputError("the conversation contains the prompt's internal markers (U+2063 INPUT/OPEN)")
+    messages = [*parts.before_input, *turns, {"role": "assistant", "content": _OPENER_SENTINEL}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, continue_final_message=True, **_TEMPLATE_ARGS)
+    except Exception as error:  # noqa: BLE001 - a template refuses with whatever its author raised (jinja's TemplateError, ...)
+        raise InputError(f"the model's chat template refuses this conversation: {str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
+    closing = parts.tail[: len(parts.tail) - len(parts.opener)] + _OPENER_SENTINEL
+    if not text.startswith(parts.head) or not text.endswith(closing) or len(text) < len(parts.head) + len(closing):
+        raise InputError("the model's chat template writes this conversation differently from a conversation that "
+                         "begins and ends with a user turn: begin it with a user message (after any system message) "
+                         "and end it with one")
+    return text[len(parts.head): len(text) - len(closing)]
+
+
+def _has_marker(text: str) -> bool:
+    return _INPUT_SENTINEL in text or _OPENER_SENTINEL in text

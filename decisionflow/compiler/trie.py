@@ -82,9 +82,12 @@ class CompiledField:
 
 
 def spellings(spec: FieldSpec, value: Value, answer_format: AnswerFormat) -> list[str]:
-    """Every way the model may spell one answer; the first is canonical. `true` and `"true"` are one answer."""
+    """Every way the model may spell one answer; the first is canonical. `true` and `"true"` are one answer,
+    as are `5` and `"5"` for a score or a choice option written as a JSON literal."""
     canonical = value_literal(spec, value, answer_format)
-    if spec.kind in (FieldKind.BOOLEAN, FieldKind.SCORE):
+    written_bare = spec.kind in (FieldKind.BOOLEAN, FieldKind.SCORE) or (
+        answer_format is AnswerFormat.LABELS and spec.literal_of(value) is not None)
+    if written_bare:
         return [canonical, json.dumps(canonical)]
     return [canonical]
 

@@ -37,7 +37,7 @@ from typing import Sequence
 import torch
 
 from ..compiler import CompiledField, CompiledRubric
-from ..errors import InputError, ModelError
+from ..errors import ContextLengthError, InputError, ModelError
 from ..spec.plan import Plan, Round
 from ..spec.rubric import FieldKind, FieldSpec, Value, label_of
 from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
@@ -129,7 +129,7 @@ def check_fits(compiled: CompiledRubric, input_tokens: list[int], max_positions:
             "(fewer or shorter options, descriptions or in-context examples) or use a model with a longer context"
         )
     if fixed + len(input_tokens) > max_positions:
-        raise InputError(
+        raise ContextLengthError(
             f"the input is {len(input_tokens)} tokens; with this rubric's prompt "
             f"({len(compiled.head_tokens)} tokens) and answers it needs {fixed + len(input_tokens)} positions, "
             f"but the model's context holds {max_positions}. Shorten the input to at most "

@@ -32,20 +32,24 @@ from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
-from ..errors import CompileError, DataError, DecisionflowError, InputError, Unavailable
+from ..errors import CompileError, ContextLengthError, DataError, DecisionflowError, InputError, Unavailable
 from ..runtime.executor import check_fits
 from ..runtime.loading import is_hub_id
+from ..spec.json_schema import SchemaError, SchemaRubric, from_json_schema
 from .batcher import MicroBatcher, Timing
 from .body import first_repeated_key, input_shape_problem, json_content_type, parse_json, read_body
 from .budget import ANONYMOUS, PreparationBudget
+from .cache import RecentlyBuilt
 from .logs import log
 from .metrics import CONTENT_TYPE, Metrics
+from .openai_chat import ROUTE as CHAT_ROUTE
+from .openai_chat import ChatRequest, answer_text, chunks, completion, error_body, parse_chat_request, schema_key
 from .refusals import HttpRefusal, Located, Refusal, field_path, internal_error, refusal_of
 from .registry import RubricRegistry
 from .settings import ServeSettings, body_limit_for
@@ -70,6 +74,9 @@ NOTE = "decisionflow"
 """Where a request's `RequestNote` lives in its ASGI scope's `state`."""
 
 
+_OPENAI_PATHS = (CHAT_ROUTE, "/v1/models/")
+
+
 class _ClientGone(Exception):
     pass
 
@@ -88,6 +95,8 @@ class RequestNote:
     timing: Timing = field(default_factory=Timing)
     client: str = ANONYMOUS
     """Whose budget a new question set is charged to: the API key's position (`key 2`), or every client's."""
+    openai: bool = False
+    """The request came to an OpenAI-compatible route: its errors take OpenAI's shape."""
 
 
 def note_of(request: Request) -> RequestNote:
@@ -127,6 +136,8 @@ class DecisionService:
         self.metrics = metrics
         self.batcher = MicroBatcher(engine, settings.batching, max_queue=self.limits.max_queue, metrics=metrics)
         self.question_sets = QuestionSets(self.limits.max_cached_question_sets, self.limits.max_cached_question_set_bytes)
+        self.schemas = RecentlyBuilt(self.limits.max_cached_question_sets, self.limits.max_cached_question_set_bytes)
+        """`/v1/chat/completions` schemas already read into rubrics, by their canonical JSON (`schema_key`)."""
         self.budget = PreparationBudget(self.limits.new_question_sets_per_minute, self.limits.new_question_set_burst)
         self.preparing = asyncio.Semaphore(1)
         """Held by the first call of a question set whose head is not prefilled yet (see `_decide_question_set`)."""
@@ -155,12 +166,12 @@ class DecisionService:
         note.rubric = "systemone"
         self.batcher.refuse_if_full(1)  # before any parsing, building or tokenising
         parsed, question_set, cost = await self.off_loop(self._systemone_request, raw, note.client)
-        outcome = await self._decide_question_set(question_set.rubric, parsed.state, cost, note)
+        outcome = await self._decide_question_set("systemone", question_set.rubric, parsed.state, cost, note)
         if isinstance(outcome, BaseException):
             raise Located(outcome, "state") if isinstance(outcome, InputError) else outcome
         return {"model": self.model_name, "answers": answers_of(outcome, parsed, question_set), "usage": usage_of(outcome)}
 
-    async def _decide_question_set(self, rubric: Any, state: Any, cost: int, note: RequestNote) -> Any:
+    async def _decide_question_set(self, route: str, rubric: Any, state: Any, cost: int, note: RequestNote) -> Any:
         """The first call of a set prefills its head and reads its content-free prior on the model thread.
         Such calls reach the queue one at a time, so a request of a prepared rubric waits behind at most
         one preparation, however many new sets arrive together; the others wait here, off the queue."""
@@ -169,7 +180,7 @@ class DecisionService:
             return found is not None and found.head is not None
 
         def decide() -> Any:
-            return self.batcher.decide(("systemone", rubric.key), rubric, state, cost=cost, timing=note.timing)
+            return self.batcher.decide((route, rubric.key), rubric, state, cost=cost, timing=note.timing)
 
         if not prepared():
             async with self.preparing:
@@ -189,7 +200,8 @@ class DecisionService:
         if question_set is None:
             question_set = build_question_set(parsed.questions)
         if question_set.rubric not in self.engine.prepared:
-            self._prepare_question_set(question_set, client)
+            self._prepare_rubric(question_set.rubric, client, "questions",
+                                 lambda error: Located(error, located_compile_error(str(error), question_set)))
         self.question_sets.add(key, question_set)
         # A set the engine holds passed `_within_limits`, so its prompt fits: only the state can be too long.
         try:
@@ -197,8 +209,9 @@ class DecisionService:
         except InputError as error:
             raise Located(error, "state") from None
 
-    def _prepare_question_set(self, question_set: QuestionSet, client: str) -> None:
-        """Charge the client's budget and compile the set, refusing it (nothing cached) over the limits."""
+    def _prepare_rubric(self, rubric: Any, client: str, field: str, located: Callable[[CompileError], Exception]) -> None:
+        """Charge the client's budget and compile a new question set's rubric, refusing it (nothing cached)
+        over the limits; `field` names the request's part that asked it, `located` places a compile error."""
         wait = self.budget.charge(client)
         if wait is not None:
             self.metrics.rejected.labels(reason="question_set_budget").inc()
@@ -207,26 +220,76 @@ class DecisionService:
                 f"this client has prepared its {self.limits.new_question_set_burst} new question sets and may prepare "
                 f"{self.limits.new_question_sets_per_minute:g} a minute; ask again later, or reuse a question set "
                 "already asked (those are never limited)",
-                field="questions", headers={"Retry-After": str(max(1, math.ceil(min(wait, 3600))))},
+                field=field, headers={"Retry-After": str(max(1, math.ceil(min(wait, 3600))))},
             )
         self.metrics.preparations.inc()
         try:
-            self.engine.prepared.get(question_set.rubric, check=self._within_limits)
+            self.engine.prepared.get(rubric, check=functools.partial(self._within_limits, field=field))
         except CompileError as error:
-            raise Located(error, located_compile_error(str(error), question_set)) from None
+            raise located(error) from None
 
-    def _within_limits(self, prepared: Any) -> None:
+    def _within_limits(self, prepared: Any, *, field: str = "questions") -> None:
         head = len(prepared.compiled.head_tokens)
         limit = self.limits.max_question_set_head_tokens
         if head > limit:
             raise Located(DataError(
                 f"the question set's prompt is {head} tokens before the input; at most {limit} "
                 "(max_question_set_head_tokens): ask fewer questions, or shorten their instructions and criteria"
-            ), "questions")
+            ), field)
         try:
             check_fits(prepared.compiled, [], self.engine.backend.max_positions)
         except InputError as error:
-            raise Located(error, "questions") from None
+            raise Located(error, field) from None
+
+    # -- /v1/chat/completions -----------------------------------------------------------------------
+
+    async def chat_completions(self, raw: bytes, note: RequestNote) -> Any:
+        """A Chat Completions request with a JSON schema (or one forced function), decided (see `openai_chat`)."""
+        self.batcher.refuse_if_full(1)  # before any parsing, reading of the schema or tokenising
+        request, schema_rubric, cost = await self.off_loop(self._chat_request, raw, note.client)
+        note.rubric = f"chat:{schema_rubric.rubric.name}"
+        outcome = await self._decide_question_set("chat", schema_rubric.rubric, list(request.turns), cost, note)
+        if isinstance(outcome, InputError):
+            raise _conversation_refused(outcome)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        answer, tokens = await self.off_loop(self._answer_text, schema_rubric, outcome)
+        shaped = dict(model=self.model_name, request_id=note.request_id, completion_tokens=tokens, text=answer)
+        if request.stream:
+            events = list(chunks(request, schema_rubric, outcome, **shaped))
+            return StreamingResponse(iter(events), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return completion(request, schema_rubric, outcome, **shaped)
+
+    def _chat_request(self, raw: bytes, client: str) -> tuple[ChatRequest, SchemaRubric, int]:
+        """The request parsed, its schema read into a rubric (found, or built and then prepared within the
+        client's budget, as a new question set is) and its conversation admitted (its token cost)."""
+        request = parse_chat_request(parse_json(raw))
+        if request.model != self.model_name:
+            raise HttpRefusal(404, "ModelNotFound", f"the model {request.model!r} does not exist on this server; it "
+                              f"answers with {self.model_name!r} (GET /v1/models)", field="model")
+        key = schema_key(request)
+        schema_rubric = self.schemas.find(key)
+        self.metrics.question_sets.labels(result="hit" if schema_rubric is not None else "miss").inc()
+        if schema_rubric is None:
+            try:
+                schema_rubric = from_json_schema(
+                    request.schema, name=request.schema_name, instructions=request.instructions, input_turns=True,
+                    max_fields=self.limits.max_schema_fields, max_options=self.limits.max_schema_options)
+            except SchemaError as error:
+                raise HttpRefusal(400, "SchemaError", f"{error.path}: {error.problems[0].message}",
+                                  field=request.schema_field) from None
+        if schema_rubric.rubric not in self.engine.prepared:
+            self._prepare_rubric(schema_rubric.rubric, client, request.schema_field,
+                                 lambda error: Located(error, request.schema_field))
+        self.schemas.add(key, schema_rubric)
+        try:
+            return request, schema_rubric, _admission(self.engine, schema_rubric.rubric, list(request.turns))
+        except InputError as error:
+            raise _conversation_refused(error) from None
+
+    def _answer_text(self, schema_rubric: SchemaRubric, decision: Any) -> tuple[str, int]:
+        text = answer_text(schema_rubric.answer(decision))
+        return text, len(self.engine.view.encode(text))
 
     # -- /v1/rubrics/{name}/decide ------------------------------------------------------------------
 
@@ -335,6 +398,13 @@ class DecisionService:
         return healthy, {"status": "ready" if healthy else "failing", "model": self.model_name}
 
 
+def _conversation_refused(error: InputError) -> HttpRefusal:
+    """A conversation the engine cannot read, as the 400 OpenAI's API answers (too long: `context_length_exceeded`)."""
+    kind = "ContextLengthExceeded" if isinstance(error, ContextLengthError) else "InvalidConversation"
+    error.input_index = None
+    return HttpRefusal(400, kind, str(error), field="messages")
+
+
 class _RubricTooLong(Exception):
     def __init__(self, error: InputError) -> None:
         super().__init__(str(error))
@@ -372,7 +442,8 @@ def log_failure(note: RequestNote, error: BaseException, message: str = "request
 
 def refusal_response(note: RequestNote, refusal: Refusal) -> Response:
     note.error_type = refusal.type
-    return JSONAnswer(refusal.body(), status_code=refusal.status, headers=refusal.headers or None)
+    body = error_body(refusal) if note.openai else refusal.body()
+    return JSONAnswer(body, status_code=refusal.status, headers=refusal.headers or None)
 
 
 def error_response(note: RequestNote, error: BaseException, retry_after_s: int) -> Response:
@@ -437,7 +508,7 @@ def create_app(engine: Any, registry: RubricRegistry | None = None, settings: Se
             raw = await service.read_body(request)
             left = None if timeout_s is None else timeout_s - (time.monotonic() - arrived)
             result = await _unless_client_leaves(request, work(raw, note), left)
-            return JSONAnswer(result)
+            return result if isinstance(result, Response) else JSONAnswer(result)
         except _ClientGone:
             return Response(status_code=CLIENT_GONE)
         except _TimedOut:
@@ -457,6 +528,12 @@ def create_app(engine: Any, registry: RubricRegistry | None = None, settings: Se
         """Decide `{"text": ...}` (what `decisionflow run --json` prints) or `{"texts": [...]}` (`{"results": [...]}`)."""
         return await answered(request, lambda raw, note: service.decide_named(name, raw, note))
 
+    @app.post(CHAT_ROUTE)
+    async def chat_completions(request: Request) -> Response:
+        """OpenAI's Chat Completions with `response_format` json_schema, or `tools` and a forced `tool_choice`:
+        the schema is decided, not generated (see `openai_chat`)."""
+        return await answered(request, service.chat_completions)
+
     @app.get("/v1/rubrics")
     async def rubrics() -> Response:
         """The rubrics served by name: their fields and plans."""
@@ -467,6 +544,14 @@ def create_app(engine: Any, registry: RubricRegistry | None = None, settings: Se
         """The model this server answers with, as the OpenAI-style model list names it."""
         return JSONAnswer({"object": "list", "data": [{"id": service.model_name, "object": "model",
                                                         "owned_by": "decisionflow"}]})
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str, request: Request) -> Response:
+        """One model, as OpenAI's API describes it (404 for any name but the one served)."""
+        if model != service.model_name:
+            return refusal_response(note_of(request), Refusal(404, "ModelNotFound", f"the model {model!r} does not exist "
+                                                              f"on this server; it answers with {service.model_name!r}", "model"))
+        return JSONAnswer({"id": service.model_name, "object": "model", "owned_by": "decisionflow"})
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -628,7 +713,7 @@ class _Front:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        note = RequestNote(_request_id(scope.get("headers", [])))
+        note = RequestNote(_request_id(scope.get("headers", [])), openai=scope.get("path", "").startswith(_OPENAI_PATHS))
         scope.setdefault("state", {})[NOTE] = note
         header = (b"x-request-id", note.request_id.encode("ascii"))
         status: int | None = None

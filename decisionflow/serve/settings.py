@@ -41,6 +41,10 @@ class Limits:
     API key when the server has keys, else for all clients together; beyond it, 429 with `Retry-After`."""
     new_question_set_burst: int = 4
     """New question sets a client may have prepared at once before the per-minute rate applies."""
+    max_schema_fields: int = 64
+    """Fields a `/v1/chat/completions` schema may ask (a multi-label array asks one per option): each is a row of every pass."""
+    max_schema_options: int = 512
+    """Answers one property of such a schema may offer: each is listed in the prompt and compiled into the field's trie."""
     max_question_set_head_tokens: int = 2048
     """A question set whose prompt (instructions and every question's catalog, before the input) is longer is
     refused before it is cached: its head prefill on the shared model thread is what a new set costs most."""

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import unicodedata
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +34,7 @@ from pydantic import ValidationError
 from ..errors import DataError, Problem, RubricError
 from ..spec.rubric import FieldKind, FieldSpec, Rubric, normalise_label
 from .body import first_repeated_key, input_shape_problem, json_type, lone_surrogate
+from .cache import RecentlyBuilt
 from .refusals import Located, field_path
 from .settings import Limits
 
@@ -246,47 +245,13 @@ def _problems(problems: list[Problem]) -> RubricError:
 # -- the rubric -----------------------------------------------------------------------------------------
 
 
-class QuestionSets:
-    """Question sets already built into rubrics, by content; the least recently used go first, beyond a
-    count and a byte budget (the UTF-8 bytes of their questions). Safe to use from several threads
-    (requests are parsed on a small pool). A set is added only once it was accepted (built, compiled,
-    within the limits): a refused set never pushes a good one out."""
-
-    def __init__(self, capacity: int, max_bytes: int) -> None:
-        self.capacity = capacity
-        self.max_bytes = max_bytes
-        self._sets: OrderedDict[str, QuestionSet] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._sets)
+class QuestionSets(RecentlyBuilt):
+    """Question sets already built into rubrics, by content (see `cache.RecentlyBuilt`)."""
 
     @staticmethod
     def key(questions: tuple[Question, ...]) -> str:
         """The set's identity: its questions' content in id order (the same set in any order is one set)."""
         return json.dumps(sorted([q.id, q.type, q.instructions, q.criteria] for q in questions), ensure_ascii=False)
-
-    def find(self, key: str) -> QuestionSet | None:
-        with self._lock:
-            found = self._sets.get(key)
-            if found is not None:
-                self._sets.move_to_end(key)
-            return found
-
-    def add(self, key: str, built: QuestionSet) -> None:
-        with self._lock:
-            if key in self._sets:
-                return
-            self._sets[key] = built
-            self._bytes += _size(key)
-            while len(self._sets) > 1 and (len(self._sets) > self.capacity or self._bytes > self.max_bytes):
-                dropped, _ = self._sets.popitem(last=False)
-                self._bytes -= _size(dropped)
-
-
-def _size(key: str) -> int:
-    return len(key.encode("utf-8", errors="surrogatepass"))
 
 
 def build_question_set(questions: tuple[Question, ...]) -> QuestionSet:

@@ -35,6 +35,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from .derived import CodeRule
+from .json_schema import SchemaRubric
 from .problems import RubricError, problem, problems_from_validation, rubric_error
 from .rubric import DECLARATION, AnswerFormat, FieldKind, FieldSpec, InContextExample, Rubric, label_of
 from .text import listing, shown
@@ -276,9 +277,12 @@ def is_decision(obj: Any) -> bool:
 
 
 def rubric_of(obj: Any) -> Rubric:
-    """The rubric of a decorated class (or of one of its instances); a `Rubric` passes through."""
+    """The rubric of a decorated class (or of one of its instances), or of a JSON schema read by
+    `from_json_schema`; a `Rubric` passes through."""
     if isinstance(obj, Rubric):
         return obj
+    if isinstance(obj, SchemaRubric):
+        return obj.rubric
     cls = obj if isinstance(obj, type) else type(obj)
     if is_decision(cls):
         return vars(cls)[_RUBRIC_ATTR]

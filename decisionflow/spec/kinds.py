@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import StrictBool, StrictInt, StrictStr
+from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr
 
 Value = str | bool | int
 # The coercion policy: a value is read only as the type it is written in. No `"true"` or `1` for a
 # boolean, no `"3"` or `3.0` for an integer, no number for a string.
 StrictValue = StrictStr | StrictBool | StrictInt
+JsonLiteral = StrictBool | StrictInt | StrictFloat | None
+"""An answer written as JSON other than a string (`5`, `0.5`, `true`, `null`): what a JSON schema's enum
+may hold besides strings (see `FieldSpec.literals`)."""
 
 
 def is_one_of(value: object, allowed: object) -> bool:

@@ -8,6 +8,8 @@ this model, never the user's class or file.
 from __future__ import annotations
 
 import difflib
+import json
+import math
 import re
 import unicodedata
 from functools import cached_property
@@ -26,7 +28,7 @@ from pydantic import (
 )
 
 from .derived import Derivation
-from .kinds import AnswerFormat, Catalog, Debias, FieldKind, StrictValue, Value, is_one_of
+from .kinds import AnswerFormat, Catalog, Debias, FieldKind, JsonLiteral, StrictValue, Value, is_one_of
 from .rubric_checks import RubricProblems, derivation_problems, find_cycle, may_be_unanswered
 from .text import has_visible, listing, refused_character, shown, without_invisible
 
@@ -128,6 +130,12 @@ class FieldSpec(_Frozen):
     mixture weighted by the parent's probabilities, instead of trusting the parent's single best."""
     derive: Derivation | None = None
     """A rule computing this field from decided fields (see `spec.derived`): it is never asked."""
+    literals: dict[StrictStr, JsonLiteral] | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Choice fields answering JSON values other than strings (a JSON schema's integer, number, boolean
+    or null enum members): option label -> that value, the label being the value's JSON text (`"5": 5`,
+    `"null": null`). The catalog and the answer lines write such an option as its JSON (`5`, `null`), not
+    as a quoted string; results still carry the label. Left out of the rubric's dump when None, so
+    rubrics without it keep their identity."""
 
     @model_validator(mode="before")
     @classmethod
@@ -289,6 +297,7 @@ class FieldSpec(_Frozen):
                 raise ValueError("options: a boolean field takes no `options`")
             self._check_no_bounds()
         self._check_descriptions()
+        self._check_literals()
         self._check_orchestration()
         if self.name in self.after:
             raise ValueError(f"after: field {self.name!r} cannot come after itself")
@@ -349,6 +358,30 @@ class FieldSpec(_Frozen):
             problem = text_problem(description, what=f"the description of {shown(label, 40)}")
             if problem:
                 raise ValueError(f"options.{label}: {problem}" if label.isidentifier() else f"options: {problem}")
+
+    def _check_literals(self) -> None:
+        if self.literals is None:
+            return
+        if self.kind is not FieldKind.CHOICE:
+            raise ValueError("literals: only a choice field's options can be written as JSON values")
+        for label, value in self.literals.items():
+            if label not in (self.options or {}):
+                raise ValueError(f"literals: {shown(label)} is not one of the field's options")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"literals.{label}: {value} is not a JSON number")
+            if json.dumps(value) != label:
+                raise ValueError(f"literals: the option {shown(label)} must be labelled {json.dumps(value)!r}, "
+                                 f"the JSON text of its value {shown(value)}")
+
+    def literal_of(self, label: str) -> str | None:
+        """The JSON text an option is written as when it is not a string (`5`, `null`), else None."""
+        return label if self.literals is not None and label in self.literals else None
+
+    def json_value(self, value: Value) -> Any:
+        """An answer as its JSON value: a literal option's own value (`5`, `None`), else the answer itself."""
+        if self.literals is not None and isinstance(value, str) and value in self.literals:
+            return self.literals[value]
+        return value
 
     def _check_no_bounds(self) -> None:
         for key in ("min", "max"):
@@ -423,6 +456,10 @@ class Rubric(_Frozen):
     """The catalog strategy for every choice field (None: the engine's default); a field may override it."""
     examples: tuple[InContextExample, ...] = ()
     """In-context examples, written in order into the prompt's head as earlier turns (none by default)."""
+    input_turns: StrictBool = Field(default=False, exclude_if=lambda value: value is False)
+    """The input is a conversation told in the chat template's own turns after the rubric's system turn
+    (as Chat Completions requests send it; a plain text is one user turn), instead of data to judge shown
+    in one user turn after `Input:`. Left out of the rubric's dump when False."""
 
     @field_validator("instructions")
     @classmethod
