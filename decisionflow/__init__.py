@@ -14,10 +14,12 @@ from .spec import (
     FieldKind,
     Plan,
     Rubric,
+    SchemaRubric,
     ask,
     decision,
     derive,
     dump_rubric,
+    from_json_schema,
     load_rubric,
     make_plan,
     rubric_of,
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AnswerFormat", "Decision", "DecisionflowError", "Engine", "FieldKind", "FieldResult", "Plan", "Rubric",
-    "ask", "decision", "derive", "dump_rubric", "load_rubric", "make_plan", "rubric_of",
+    "SchemaRubric", "ask", "decision", "derive", "dump_rubric", "from_json_schema", "load_rubric", "make_plan",
+    "rubric_of",
 ]
 
 

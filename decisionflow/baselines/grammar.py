@@ -10,7 +10,6 @@ import json
 import time
 from typing import Any
 
-from ..compiler.inputs import render_input
 from ..compiler.prompt import answer_ids
 from ..errors import Unavailable
 from ..spec.rubric import AnswerFormat, FieldKind, Rubric
@@ -52,7 +51,7 @@ def _prompt_without_opener(compiled: Any, payload: Any) -> list[int]:
     """head + input + tail with the JSON opener left out, for a grammar that writes it itself."""
     opener = compiled.layout.opener
     head = list(compiled.head_tokens)
-    text = render_input(payload) + compiled.parts.tail[: -len(opener)]
+    text = compiled.request_text(payload) + compiled.parts.tail[: -len(opener)]
     rest = compiled.view.suffix_after(head, compiled.parts.head, text)
     return head + (rest if rest is not None else compiled.view.encode(text))
 

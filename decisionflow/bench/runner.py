@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import json
 import os
 import platform
 import statistics
@@ -30,6 +31,7 @@ METHODS = (
     "per_field_prefill",
     "copied_prefix",
     "pcd_rlcd",
+    "openai_route",
 )
 SLOW_METHODS = ("json_generate", "grammar_constrained", "per_field_prefill")
 """Token-by-token or one-prefill-per-field methods: repeated fewer times (greedy, so answers repeat)."""
@@ -105,6 +107,9 @@ class MethodRunner:
     unavailable: str = ""
     prepare: Callable[[Workload], Any] | None = None
     """Per-rubric set-up kept out of the timings (compiling the rubric or its grammar)."""
+    applies: Callable[[Workload], bool] = lambda workload: True
+    """Whether the method runs this workload at all (`openai_route`: the workloads sent as structured outputs)."""
+    not_applicable: str = ""
 
 
 def _decisionflow_runner(name: str, engine: Any) -> MethodRunner:
@@ -121,14 +126,69 @@ def _decisionflow_runner(name: str, engine: Any) -> MethodRunner:
     return MethodRunner(name, run)
 
 
+OpenAIServer = Callable[[], tuple[str, str]]
+"""Starts (once) or names a server speaking Chat Completions: its base URL (`http://host:port/v1`) and model name."""
+
+
+def _openai_route_runner(server: OpenAIServer | None) -> MethodRunner:
+    """decisionflow behind `POST /v1/chat/completions`, called with the `openai` SDK as a user's code would:
+    the workload's JSON schema as `response_format`, its system message and its text as the user's turn."""
+    name = "openai_route"
+    if server is None:
+        return MethodRunner(name, lambda w: None, unavailable="no server to send requests to")
+    try:
+        import openai
+    except ImportError:
+        return MethodRunner(name, lambda w: None, unavailable="the openai SDK is not installed (pip install 'decisionflow[clients]')")
+    connection: dict[str, Any] = {}
+
+    def run(workload: Workload) -> Any:
+        from ..baselines.generation import MethodResult
+
+        if not connection:
+            base_url, model = server()
+            connection.update(client=openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0), model=model)
+        request = workload.openai
+        assert request is not None
+        began = time.perf_counter()
+        completion = connection["client"].chat.completions.create(
+            model=connection["model"], messages=[{"role": "system", "content": request.system},
+                                                 {"role": "user", "content": workload.payload}],
+            response_format={"type": "json_schema", "json_schema": {"name": request.name, "schema": request.schema, "strict": True}},
+        )
+        elapsed = (time.perf_counter() - began) * 1000
+        values = json.loads(completion.choices[0].message.content)
+        problem = _schema_problem(values, request.schema)
+        stats = completion.model_extra["decisionflow"]["stats"]
+        # Tokens fed in the request, as for `decisionflow` (`usage.prompt_tokens` also counts the cached head).
+        return MethodResult(name, problem is None, values if problem is None else None, stats["forward_passes"],
+                            stats["tokens_prefilled"], 0, elapsed, reason=problem or "")
+
+    return MethodRunner(name, run, applies=lambda w: w.openai is not None,
+                        not_applicable="sent as structured outputs only for the openai_* workloads")
+
+
+def _schema_problem(values: Any, schema: dict[str, Any]) -> str | None:
+    """Why a flat answer object breaks a flat schema of booleans and string enums (None when it does not)."""
+    properties = schema["properties"]
+    if not isinstance(values, dict) or list(values) != list(properties):
+        return "the keys are not the schema's, in its order"
+    for key, spec in properties.items():
+        allowed = [True, False] if spec.get("type") == "boolean" else spec["enum"]
+        if not any(values[key] == a and type(values[key]) is type(a) for a in allowed):
+            return f"{key}: {values[key]!r} is not allowed"
+    return None
+
+
 GENERATING_METHODS = ("json_generate", "grammar_constrained", "per_field_prefill", "copied_prefix")
 """Baselines that call the transformers model itself (`generate`, its forward with a cache)."""
 
 
-def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[], Any] | None = None) -> list[MethodRunner]:
+def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[], Any] | None = None,
+                 openai_server: OpenAIServer | None = None) -> list[MethodRunner]:
     """The methods' runners. decisionflow's run on `engine`, as a user's would; the baselines that need
     the transformers model run on `baseline_engine()` (default: `engine` itself), loaded only when one
-    of them is asked for."""
+    of them is asked for; `openai_route` sends its requests to `openai_server()`, started on first use."""
     from ..baselines import generation, grammar, pcd, prefill
     from ..compiler import ReadMode
     from ..runtime.engine import Engine, EngineOptions
@@ -173,6 +233,8 @@ def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[
                 runners.append(MethodRunner(name, lambda w, p=pcd_engine: p(w.rubric, w.payload, schema=w.pcd_schema)))
             except Unavailable as exc:
                 runners.append(MethodRunner(name, lambda w: None, unavailable=str(exc)))
+        elif name == "openai_route":
+            runners.append(_openai_route_runner(openai_server))
         else:
             raise ValueError(f"unknown method {name!r} (known: {', '.join(METHODS)})")
     return runners
@@ -250,16 +312,20 @@ def run_bench(
     log: Callable[[str], None] = lambda _: None,
     on_workload: Callable[[list[dict[str, Any]]], None] | None = None,
     baseline_engine: Callable[[], Any] | None = None,
+    openai_server: OpenAIServer | None = None,
 ) -> list[dict[str, Any]]:
     """Run every method on every workload; `on_workload` gets the rows so far after each workload.
-    `baseline_engine`: see `make_runners`."""
-    runners = make_runners(engine, methods, baseline_engine=baseline_engine)
-    # One warm-up per method, on the smallest workload: compiles, head caches, grammar, first-call costs.
-    smallest = min(workloads, key=lambda w: (w.fields, len(w.payload)))
+    `baseline_engine`, `openai_server`: see `make_runners`."""
+    runners = make_runners(engine, methods, baseline_engine=baseline_engine, openai_server=openai_server)
+    # One warm-up per method, on its smallest workload: compiles, head caches, grammar, first-call costs.
     for runner in runners:
         if runner.unavailable:
             log(f"{runner.name}: unavailable ({runner.unavailable})")
             continue
+        own = [w for w in workloads if runner.applies(w)]
+        if not own:
+            continue
+        smallest = min(own, key=lambda w: (w.fields, len(w.payload)))
         began = time.perf_counter()
         runner.run(smallest)
         log(f"warm-up {runner.name}: {(time.perf_counter() - began) * 1000:.0f} ms")
@@ -273,6 +339,9 @@ def run_bench(
         failures: dict[str, str] = {}
         for repeat in range(repeats):
             for runner in runners:
+                if not runner.applies(workload):
+                    failures.setdefault(runner.name, runner.not_applicable)
+                    continue
                 if runner.unavailable or runner.name in failures or (runner.slow and repeat >= slow_repeats):
                     continue
                 try:

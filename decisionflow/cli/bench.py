@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -89,11 +91,29 @@ def bench_command(
             (out / "bench.md").write_text(markdown_table(rows), encoding="utf-8")
 
     began = time.perf_counter()
-    rows = run_bench(engine, selected, chosen, repeats=repeats, slow_repeats=slow_repeats, log=log, on_workload=save,
-                     baseline_engine=baseline_engine)
+    with contextlib.ExitStack() as running:
+        rows = run_bench(engine, selected, chosen, repeats=repeats, slow_repeats=slow_repeats, log=log, on_workload=save,
+                         baseline_engine=baseline_engine, openai_server=_in_process_server(engine, running))
     log(f"bench finished in {time.perf_counter() - began:.0f} s")
     print_table(rows)
     if out is not None:
         save(rows, complete=True)
         plots = write_plots(rows, out)
         log(f"wrote {out / 'bench.json'}, bench.md and {', '.join(p.name for p in plots)}")
+
+
+def _in_process_server(engine: Any, running: contextlib.ExitStack) -> Any:
+    """What starts `decisionflow serve`'s app on a loopback port of this process, with the bench's own engine,
+    for the `openai_route` method (None without the `serve` extra: the method is then reported unavailable)."""
+    if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
+        return None
+
+    def start() -> tuple[str, str]:
+        from ..serve import create_app
+        from ..serve.server import serving_in_thread
+
+        app = create_app(engine)
+        port = running.enter_context(serving_in_thread(app))
+        return f"http://127.0.0.1:{port}/v1", app.state.service.model_name
+
+    return start

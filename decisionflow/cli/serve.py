@@ -76,13 +76,17 @@ def serve_command(
     max_questions: Annotated[int, typer.Option(min=1, help="Questions per /v1/systemone request.")] = LIMITS.max_questions,
     max_options: Annotated[int, typer.Option(min=2, help="Labels per choice question.")] = LIMITS.max_options,
     max_texts: Annotated[int, typer.Option(min=1, help="Inputs per rubric request with `texts`.")] = LIMITS.max_texts,
+    max_schema_fields: Annotated[int, typer.Option(
+        min=1, help="Fields a /v1/chat/completions schema may ask (a multi-label array asks one per option).")] = LIMITS.max_schema_fields,
+    max_schema_options: Annotated[int, typer.Option(
+        min=2, help="Answers one property of a /v1/chat/completions schema may offer.")] = LIMITS.max_schema_options,
     new_question_sets_per_minute: Annotated[float, typer.Option(
-        min=0, help="New /v1/systemone question sets each client (API key; all clients without keys) may have "
+        min=0, help="New question sets (/v1/systemone questions, /v1/chat/completions schemas) each client (API key; all clients without keys) may have "
                     "prepared per minute; beyond it 429. Sets the engine still holds prepared are never limited.")] = LIMITS.new_question_sets_per_minute,
     new_question_set_burst: Annotated[int, typer.Option(
         min=1, help="New question sets a client may have prepared at once.")] = LIMITS.new_question_set_burst,
     max_question_set_head_tokens: Annotated[int, typer.Option(
-        min=1, help="Longest prompt (tokens before the input) of a /v1/systemone question set.")] = LIMITS.max_question_set_head_tokens,
+        min=1, help="Longest prompt (tokens before the input) of a new question set.")] = LIMITS.max_question_set_head_tokens,
     body_timeout: Annotated[float, typer.Option(
         min=0.001, help="Seconds a request body may take to arrive (408 after).")] = LIMITS.body_timeout_s,
     request_timeout: Annotated[
@@ -118,8 +122,8 @@ def serve_command(
         min=0, help="Seconds accepted requests get to finish on SIGTERM.")] = SERVE.graceful_shutdown_s,
     log_level: Annotated[LogLevel, typer.Option(help="Log level of uvicorn and of the request log.")] = LogLevel.info,
 ) -> None:
-    """Serve /v1/systemone, /v1/rubrics/{name}/decide, /v1/rubrics, /v1/models, /healthz, /readyz and /metrics
-    (needs the `serve` extra)."""
+    """Serve /v1/chat/completions (OpenAI structured outputs), /v1/systemone, /v1/rubrics/{name}/decide, /v1/rubrics,
+    /v1/models, /healthz, /readyz and /metrics (needs the `serve` extra)."""
     err = stderr()
     if max_queue < max_texts:
         say(err, f"error: --max-queue {max_queue} is below --max-texts {max_texts}: a `texts` request of more inputs "
@@ -142,7 +146,8 @@ def serve_command(
                       max_texts=max_texts, max_queue=max_queue, body_timeout_s=body_timeout,
                       request_timeout_s=request_timeout, new_question_sets_per_minute=new_question_sets_per_minute,
                       new_question_set_burst=new_question_set_burst,
-                      max_question_set_head_tokens=max_question_set_head_tokens),
+                      max_question_set_head_tokens=max_question_set_head_tokens, max_schema_fields=max_schema_fields,
+                      max_schema_options=max_schema_options),
         batching=Batching(enabled=batching, max_wait_ms=batch_wait_ms, token_budget=batch_tokens),
         access=Access(api_keys=keys, protect_health=protect_health, protect_metrics=protect_metrics, docs=docs,
                       cors_origins=tuple(cors_origin or ())),

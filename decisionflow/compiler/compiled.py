@@ -42,13 +42,16 @@ class CompiledRubric:
         answers = sum(max(len(line) for line in f.answer_lines) for f in self.fields.values())
         return len(self.head_tokens) + answers + max(f.row_depth for f in self.fields.values())
 
-    def request_tokens(self, payload: Any) -> list[int]:
-        """Tokens after the head for one request: its input and the tail that opens the JSON object. A rubric
-        that reads turns renders a conversation (or a text, as one user turn) as the template's own turns."""
+    def request_text(self, payload: Any) -> str:
+        """The text between the head and the tail for one request: its input as data (`render_input`), or,
+        for a rubric that reads turns, the conversation (a text: one user turn) as the template's own turns."""
         if self.rubric.input_turns:
-            text = render_turns(self.view.tokenizer, self.parts, conversation_turns(payload))
-        else:
-            text = render_input(payload)
+            return render_turns(self.view.tokenizer, self.parts, conversation_turns(payload))
+        return render_input(payload)
+
+    def request_tokens(self, payload: Any) -> list[int]:
+        """Tokens after the head for one request: its text (`request_text`) and the tail that opens the JSON object."""
+        text = self.request_text(payload)
         tokens = self.view.suffix_after(list(self.head_tokens), self.parts.head, text + self.parts.tail)
         if tokens is None:
             # The input's first characters merged with the head's last token: keep the cached head and

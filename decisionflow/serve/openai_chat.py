@@ -267,8 +267,9 @@ def _description(spec: dict[str, Any]) -> str:
 
 
 def schema_key(request: ChatRequest) -> str:
-    """A schema's identity as a question set: its canonical JSON with the name and the instructions."""
-    return json.dumps([request.schema_name, request.instructions, request.schema], sort_keys=True, ensure_ascii=False,
+    """A schema's identity as a question set: its JSON as sent (key order kept: the order of `properties` is
+    the order of the answer's keys), with its name and the instructions."""
+    return json.dumps([request.schema_name, request.instructions, request.schema], ensure_ascii=False,
                       separators=(",", ":"))
 
 

@@ -48,3 +48,22 @@ def test_workloads_come_from_shipped_files():
     full = {w.name: w for w in build_workloads(default_data_dir())}
     assert "Priya Raman" in full["workflow_support_triage"].payload
     assert len(full["workflow_support_triage"].rubric) == 32
+
+
+def test_the_openai_workloads_are_the_presets_as_a_client_sends_them():
+    from decisionflow.bench.workloads import OPENAI_PRESETS
+    from decisionflow.spec.json_schema import from_json_schema
+
+    full = {w.name: w for w in build_workloads(default_data_dir())}
+    for name in OPENAI_PRESETS:
+        workload, preset = full[f"openai_{name}"], load_preset(name)
+        request = workload.openai
+        assert list(request.schema["properties"]) == list(preset.schema) == list(workload.rubric.fields)
+        assert request.schema["required"] == list(preset.schema) and request.schema["additionalProperties"] is False
+        # The rubric is the one the server reads from the same schema and system message: one prepared rubric.
+        assert workload.rubric == from_json_schema(request.schema, name=request.name, instructions=request.system,
+                                                   input_turns=True).rubric
+        for key, spec in preset.schema.items():
+            field = workload.rubric.fields[key]
+            assert field.values == ((True, False) if spec["type"] == "boolean" else tuple(spec["choices"]))
+        assert workload.payload == preset.context and workload.group == "openai"

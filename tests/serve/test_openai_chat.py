@@ -33,6 +33,11 @@ class Team(str, enum.Enum):
     returns = "returns"
 
 
+class Level(enum.IntEnum):
+    low = 1
+    high = 2
+
+
 class Customer(BaseModel):
     tier: Literal["free", "pro", "enterprise"] = Field(description="The customer's plan")
     churn_risk: bool = Field(description="Whether the customer may leave")
@@ -46,7 +51,9 @@ class Ticket(BaseModel):
     refund: bool = Field(description="Whether a refund is asked for")
     severity: int = Field(ge=0, le=9, description="How severe it is")
     escalate: Optional[bool] = Field(default=None, description="Whether a human must review it")
+    level: Level = Field(description="The support level")
     customer: Customer
+    tags: set[Literal["urgent", "legal"]] = Field(description="Labels that apply")
 
 
 class Notes(BaseModel):
@@ -82,8 +89,10 @@ def test_parse_with_a_pydantic_model_gives_what_the_engine_decides(client, model
     completion = client.chat.completions.parse(model=model, messages=MESSAGES, response_format=Ticket)
     choice = completion.choices[0]
     assert choice.finish_reason == "stop" and choice.message.role == "assistant"
-    assert isinstance(choice.message.parsed, Ticket) and isinstance(choice.message.parsed.team, Team)
-    assert choice.message.parsed.model_dump(mode="json") == expected
+    parsed = choice.message.parsed
+    assert isinstance(parsed, Ticket) and isinstance(parsed.team, Team) and isinstance(parsed.level, Level)
+    assert isinstance(parsed.customer, Customer) and isinstance(parsed.tags, set)
+    assert choice.message.parsed == Ticket.model_validate(expected)
     assert json.loads(choice.message.content) == expected and list(json.loads(choice.message.content)) == list(Ticket.model_fields)
     assert completion.model == model and completion.id.startswith("chatcmpl-")
 
@@ -93,10 +102,14 @@ def test_every_fields_distribution_rides_under_one_extension_key(client, model, 
                                                 response_format=openai.lib._parsing._completions.type_to_response_format_param(Ticket))
     extension = completion.model_extra["decisionflow"]
     fields = extension["fields"]
-    assert set(fields) == {"team", "kind", "refund", "severity", "escalate", "customer_tier", "customer_churn_risk"}
+    assert set(fields) == {"team", "kind", "refund", "severity", "escalate", "level", "customer_tier",
+                           "customer_churn_risk", "tags_urgent", "tags_legal"}
     assert fields["customer_tier"]["path"] == "customer.tier" and fields["team"]["round"] == 0
+    assert fields["tags_legal"]["path"] == "tags[]" and fields["tags_legal"]["option"] == "legal"
     answer = json.loads(completion.choices[0].message.content)
-    for name, field in fields.items():
+    assert answer["tags"] == [tag for tag in ("urgent", "legal") if fields[f"tags_{tag}"]["value"] is True]
+    assert answer["level"] in (1, 2) and fields["level"]["value"] == answer["level"]
+    for field in fields.values():
         assert sum(field["probabilities"].values()) == pytest.approx(1.0)
         assert 0 < field["candidate_mass"] <= 1
     assert fields["escalate"]["value"] == answer["escalate"] and set(fields["escalate"]["probabilities"]) == {"true", "false", "null"}
@@ -115,7 +128,7 @@ def test_a_forced_function_call_answers_its_arguments(client, model, expected):
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     call = choice.message.tool_calls[0]
     assert call.type == "function" and call.function.name == "Ticket" and call.id.startswith("call_")
-    assert call.function.parsed_arguments.model_dump(mode="json") == expected
+    assert call.function.parsed_arguments == Ticket.model_validate(expected)
     required = client.chat.completions.create(model=model, messages=MESSAGES, tools=[tool], tool_choice="required")
     assert json.loads(required.choices[0].message.tool_calls[0].function.arguments) == expected
 
@@ -124,7 +137,7 @@ def test_streaming_with_the_sdks_helper(client, model, expected, server_port):
     with client.chat.completions.stream(model=model, messages=MESSAGES, response_format=Ticket) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_completion()
-    assert "content.done" in kinds and final.choices[0].message.parsed.model_dump(mode="json") == expected
+    assert "content.done" in kinds and final.choices[0].message.parsed == Ticket.model_validate(expected)
     body = {"model": model, "messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True},
             "response_format": openai.lib._parsing._completions.type_to_response_format_param(Ticket)}
     raw = Client(server_port).post("/v1/chat/completions", body)
@@ -143,14 +156,14 @@ def test_streaming_a_forced_function_call(client, model, expected):
                                         tool_choice={"type": "function", "function": {"name": "Ticket"}}) as stream:
         final = stream.get_final_completion()
     assert final.choices[0].finish_reason == "tool_calls"
-    assert final.choices[0].message.tool_calls[0].function.parsed_arguments.model_dump(mode="json") == expected
+    assert final.choices[0].message.tool_calls[0].function.parsed_arguments == Ticket.model_validate(expected)
 
 
 def test_instructor_in_its_default_mode(client, model, expected):
     instructor = pytest.importorskip("instructor")
     answer = instructor.from_openai(client).chat.completions.create(model=model, messages=MESSAGES,
                                                                     response_model=Ticket, max_retries=0)
-    assert answer.model_dump(mode="json") == expected
+    assert answer.model_dump() == Ticket.model_validate(expected).model_dump()  # instructor answers its own subclass
 
 
 def test_langchain_with_structured_output(model, expected, server_port):
@@ -158,7 +171,7 @@ def test_langchain_with_structured_output(model, expected, server_port):
     llm = chat_openai(model=model, base_url=f"http://127.0.0.1:{server_port}/v1", api_key="unused", max_retries=0)
     for method in ("json_schema", "function_calling"):
         answer = llm.with_structured_output(Ticket, method=method).invoke(MESSAGES)
-        assert answer.model_dump(mode="json") == expected, method
+        assert answer.model_dump() == Ticket.model_validate(expected).model_dump(), method
 
 
 def test_a_repeated_schema_pays_no_preparation(client, model):
@@ -176,6 +189,14 @@ def test_a_repeated_schema_pays_no_preparation(client, model):
     assert second.model_extra["decisionflow"]["stats"]["head_cache_hit"]
     assert "head_prefill" not in second.model_extra["decisionflow"]["stats"]["timings_ms"]
     assert not other_system.model_extra["decisionflow"]["stats"]["head_cache_hit"]
+
+
+def test_the_answer_keeps_each_schemas_own_key_order(client, model):
+    urgent, topic = {"type": "boolean"}, {"type": "string", "enum": ["billing", "delivery"]}
+    for properties in ({"urgent": urgent, "topic": topic}, {"topic": topic, "urgent": urgent}):
+        completion = client.chat.completions.create(model=model, messages=MESSAGES, response_format={
+            "type": "json_schema", "json_schema": {"name": "order", "schema": {"type": "object", "properties": properties}}})
+        assert list(json.loads(completion.choices[0].message.content)) == list(properties)
 
 
 def bad_request(client, model, **overrides):
@@ -238,7 +259,7 @@ def test_sampling_options_and_unknown_keys_change_nothing(client, model, expecte
     completion = client.chat.completions.parse(
         model=model, messages=MESSAGES, response_format=Ticket, temperature=1.7, top_p=0.2, seed=7, max_tokens=3,
         max_completion_tokens=3, user="someone", metadata={"k": "v"}, stop=["}"], extra_body={"not_a_key": [1, 2]})
-    assert completion.choices[0].message.parsed.model_dump(mode="json") == expected
+    assert completion.choices[0].message.parsed == Ticket.model_validate(expected)
 
 
 def test_a_conversation_too_long_for_the_context_is_a_bad_request(client, model):
@@ -299,8 +320,22 @@ def test_concurrent_requests_with_one_schema_share_passes(engine, rubric_folder)
         assert max(sizes) >= 2, sizes
         for text, result in zip(texts, results):
             alone = from_json_schema(strict(Ticket), name="Ticket", input_turns=True)
-            assert result.choices[0].message.parsed.model_dump(mode="json") == alone.answer(
-                engine.decide(alone, [{"role": "user", "content": text}])), text
+            assert result.choices[0].message.parsed == Ticket.model_validate(alone.answer(
+                engine.decide(alone, [{"role": "user", "content": text}]))), text
+
+
+@pytest.mark.parametrize(("status", "kind", "type_", "code"), [
+    (400, "SchemaError", "invalid_request_error", "unsupported_schema"), (401, "Unauthorized", "authentication_error", "invalid_api_key"),
+    (404, "ModelNotFound", "invalid_request_error", "model_not_found"), (413, "PayloadTooLarge", "invalid_request_error", "request_too_large"),
+    (422, "CompileError", "invalid_request_error", None), (429, "TooManyQuestionSets", "rate_limit_error", "rate_limit_exceeded"),
+    (503, "Unavailable", "server_error", "overloaded"), (500, "InternalError", "server_error", "internal_error"),
+])
+def test_every_refusal_has_openais_error_shape(status, kind, type_, code):
+    from decisionflow.serve.openai_chat import error_body
+    from decisionflow.serve.refusals import Refusal
+
+    body = error_body(Refusal(status, kind, "why", "where", problems=(("where", "why"), ("there", "also"))))
+    assert body == {"error": {"message": "why; there: also", "type": type_, "param": "where", "code": code}}
 
 
 HOSTILE = [

@@ -96,6 +96,7 @@ def test_a_pydantic_model_becomes_one_field_per_closed_set_property(writer):
     assert schema_rubric.rubric.pin_first and schema_rubric.rubric.name == "Ticket"
     shape = dict(schema_rubric.shape.keys)
     assert shape["version"] == Fixed("v1") and isinstance(shape["customer"], Nested) and isinstance(shape["tags"], Chosen)
+    assert shape["team"] == Decided("team") and dict(shape["customer"].keys)["tier"] == Decided("customer_tier")
 
 
 def test_the_answer_is_the_schemas_object_and_the_model_validates_it():
