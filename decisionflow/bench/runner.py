@@ -26,6 +26,7 @@ METHODS = (
     "decisionflow",
     "decisionflow_no_pin",
     "decisionflow_exact",
+    "decisionflow_generic",
     "json_generate",
     "grammar_constrained",
     "per_field_prefill",
@@ -180,8 +181,8 @@ def _schema_problem(values: Any, schema: dict[str, Any]) -> str | None:
     return None
 
 
-GENERATING_METHODS = ("json_generate", "grammar_constrained", "per_field_prefill", "copied_prefix")
-"""Baselines that call the transformers model itself (`generate`, its forward with a cache)."""
+GENERATING_METHODS = ("json_generate", "grammar_constrained", "per_field_prefill", "copied_prefix", "decisionflow_generic")
+"""Methods that call the transformers model itself (`generate`, its forward with a cache)."""
 
 
 def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[], Any] | None = None,
@@ -209,6 +210,9 @@ def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[
             runners.append(_decisionflow_runner(name, Engine(engine.loaded, options=EngineOptions(pin_first=False))))
         elif name == "decisionflow_exact":
             runners.append(_decisionflow_runner(name, Engine(engine.loaded, options=EngineOptions(mode=ReadMode.EXACT))))
+        elif name == "decisionflow_generic":
+            # The path every family the engine's decoder does not reproduce takes: the model's own forward.
+            runners.append(_decisionflow_runner(name, Engine(engine_for_baselines.loaded, options=EngineOptions(model_forward=True))))
         elif name == "json_generate":
             runners.append(MethodRunner(name, lambda w: generation.json_generate(engine_for_baselines, w.rubric, w.payload), slow=True, prepare=compile_only))
         elif name == "grammar_constrained":

@@ -47,8 +47,10 @@ DtypeOption = Annotated[
 ]
 LoaderOption = Annotated[
     str,
-    typer.Option(help="auto (the engine's own decoder where it reproduces the checkpoint exactly, else transformers) "
-                      "or transformers (always build the transformers model)."),
+    typer.Option(help="auto (the engine's own decoder where it reproduces the checkpoint exactly, else transformers: "
+                      "its decoder path for Llama, Mistral and Qwen, the model's own forward for other families), "
+                      "transformers (always build the transformers model) or generic (the transformers model run "
+                      "through its own forward, whatever the family)."),
 ]
 ExactOption = Annotated[bool, typer.Option("--exact", help="Score whole answers, line ending included, instead of reading only where answers fork.")]
 

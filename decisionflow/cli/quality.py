@@ -379,7 +379,7 @@ def _engine(err: Console, model: str | None, threads: int | None, device: str, d
             generates: bool = False):
     """The engine; built on the transformers model when the command also generates (`--baseline`)."""
     return load_engine(err, model=model, threads=threads, device=device, dtype=dtype,
-                       loader="transformers" if generates else loader)
+                       loader="transformers" if generates and loader == "auto" else loader)
 
 
 def _selection(rows: str | None, limit: int | None, seed: int) -> str:

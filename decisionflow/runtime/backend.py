@@ -43,6 +43,8 @@ class RequestContext:
 
     kv: KV | None = None
     length: int = 0
+    tokens: list[int] = field(default_factory=list)
+    """The ids of those tokens, where a backend needs them (the plain-forward reference re-reads them)."""
 
     def extend(self, new: KV) -> None:
         if self.kv is None:
@@ -56,6 +58,8 @@ class RequestContext:
 class HeadCache:
     kv: KV
     length: int
+    tokens: tuple[int, ...] = ()
+    """The head's token ids (the plain-forward reference re-reads them; a head loaded from disk has them too)."""
 
 
 class PassOutput(NamedTuple):
@@ -151,15 +155,23 @@ class PassLayout:
     """Per request present in the pass; a token sees only its own request's keys (and the head)."""
 
 
+DECODER_PATH = "decoder"
+"""The engine's own walk over the layers (this module): exact for the Llama, Mistral, Qwen2 and Qwen3 families."""
+
+
 class TransformersBackend:
-    """Runs packed passes on a transformers causal LM (Llama, Qwen2, Qwen3 families).
+    """Runs packed passes on a transformers causal LM (Llama, Qwen2, Qwen3 families) or the engine's own
+    decoder, walking the layers itself (`forward.run_layers`).
 
     The model is only read: its modules are called, never replaced or reconfigured.
     """
 
+    path = DECODER_PATH
+
     def __init__(self, model: Any, *, kernels: str = "torch"):
         self.model = model
         self.parts = DecoderParts.of(model)
+        self.layer_count = len(self.parts.layers)
         self.config = model.config
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype
@@ -174,7 +186,7 @@ class TransformersBackend:
         ids = torch.tensor(tokens, device=self.device)
         positions = torch.arange(len(tokens), device=self.device)
         _, kv = run_layers(self.parts, ids, positions, lambda _layer, q, k, v, scale: causal_attend(q, k, v, scale), self.ops)
-        return HeadCache(kv=kv, length=len(tokens))
+        return HeadCache(kv=kv, length=len(tokens), tokens=tuple(tokens))
 
     @torch.inference_mode()
     def forward_plain(self, tokens: list[int]) -> torch.Tensor:

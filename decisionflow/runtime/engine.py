@@ -26,7 +26,7 @@ from ..errors import DecisionflowError, InputError, ModelError, ResultError
 from ..spec.declare import rubric_of, typed_model
 from ..spec.plan import Plan
 from ..spec.rubric import Rubric
-from .backend import TransformersBackend
+from .backend import DECODER_PATH, TransformersBackend
 from .calibration import Calibration
 from .debias import Debias
 from .executor import RequestState, check_fits, execute
@@ -64,13 +64,18 @@ class EngineOptions:
     """A folder where head caches persist across processes (None: memory only)."""
     head_store_bytes: int = DEFAULT_MAX_BYTES
     """The persisted heads' byte budget; the least recently used files go first."""
+    model_forward: bool = False
+    """Run every pass through the model's own forward (`model_forward`), even for a family the engine's
+    decoder path reproduces (what `--loader generic` asks for; the generic path is always taken for the others)."""
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, *, options: EngineOptions | None = None):
+    def __init__(self, loaded: LoadedModel, *, options: EngineOptions | None = None, backend: Any = None):
+        """`backend`: the passes' runner, where not the one `backend_for` picks (`check-model` gives the
+        plain-forward reference)."""
         self.loaded = loaded
         self.options = options or EngineOptions()
-        self.backend = TransformersBackend(loaded.model, kernels=self.options.kernels)
+        self.backend = backend if backend is not None else backend_for(loaded.model, self.options)
         self.view = TokenizerView(loaded.tokenizer)
         self._fingerprint: str | None = None
         options = self.options
@@ -78,7 +83,7 @@ class Engine:
             self.backend, self.view, mode=options.mode, catalog=options.catalog, pin_first=options.pin_first,
             max_prepared=options.max_prepared, max_head_bytes=options.max_head_bytes, default_debias=options.debias,
             store_folder=options.head_store, store_bytes=options.head_store_bytes,
-            fingerprint=lambda: self.model_fingerprint, read_content_free=self._read_content_free,
+            fingerprint=lambda: self.head_store_fingerprint, read_content_free=self._read_content_free,
         )
         """The prepared-rubric cache (compiled rows, plans, head caches, content-free priors)."""
 
@@ -116,7 +121,9 @@ class Engine:
 
         `loader`: `auto` reads a checkpoint the engine's own decoder covers without building the
         transformers model (a faster start, the same weights); `transformers` always
-        builds the transformers model, which token-by-token generation (`baselines.generation`) needs.
+        builds the transformers model, which token-by-token generation (`baselines.generation`) needs;
+        `generic` builds it and runs every pass through its own forward (`model_forward`), the path every
+        family the engine's decoder does not reproduce takes anyway. `result.stats.path` says which ran.
         `pack_weights`: see `loading.load_model` (off for a process that decides one text).
         """
         # Argument mistakes are named before the model loads, not after (a ModelError, like a bad device,
@@ -132,7 +139,8 @@ class Engine:
         loaded = load_model(model, dtype=dtype, device=device, status=status or (lambda _: None), loader=loader,
                             pack_weights=pack_weights)
         store = cache_root() / "heads" if persist_heads else None
-        options = EngineOptions(mode=mode, pin_first=pin_first, head_store=store, kernels=kernels)
+        options = EngineOptions(mode=mode, pin_first=pin_first, head_store=store, kernels=kernels,
+                                model_forward=loader == "generic")
         if chosen_debias is not None:
             options = replace(options, debias=chosen_debias)
         return cls(loaded, options=options)
@@ -232,6 +240,14 @@ class Engine:
         heads.checked_for.add(checked)
 
     @property
+    def head_store_fingerprint(self) -> str:
+        """What stored head caches are keyed by: the model, and the path when it is not the decoder path (a
+        head's keys and values are those of the modules that computed them)."""
+        if self.backend.path == DECODER_PATH:
+            return self.model_fingerprint
+        return f"{self.model_fingerprint}-{self.backend.path}"
+
+    @property
     def model_fingerprint(self) -> str:
         """The loaded model's content fingerprint (what head caches and fitted heads are keyed by)."""
         if self._fingerprint is None:
@@ -306,6 +322,7 @@ class Engine:
                     },
                     head_source="memory" if head_hit else prepared.head_source,
                     device=str(self.backend.device),
+                    path=self.backend.path,
                     dtype=str(self.backend.dtype).removeprefix("torch."),
                     kernels=self.backend.kernels,
                 )
@@ -387,6 +404,22 @@ class Engine:
         if current:
             batches.append(current)
         return batches
+
+
+def backend_for(model: Any, options: EngineOptions) -> Any:
+    """The engine's decoder path where it reproduces the model exactly (its own decoder, or a transformers
+    model of the Llama, Mistral, Qwen2 or Qwen3 families without sliding windows or other rope types), else
+    the model's own forward (`model_forward`)."""
+    from .decoder import DecoderModel, decoder_refusal
+
+    if isinstance(model, DecoderModel):
+        return TransformersBackend(model, kernels=options.kernels)
+    config = model.config.to_dict() if hasattr(model.config, "to_dict") else {}
+    if not options.model_forward and decoder_refusal(config) is None:
+        return TransformersBackend(model, kernels=options.kernels)
+    from .model_forward import ModelForwardBackend
+
+    return ModelForwardBackend(model)
 
 
 def _inputs(payloads: Iterable[Any], method: str) -> list[Any]:

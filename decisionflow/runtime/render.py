@@ -58,7 +58,8 @@ def decision_table(decision: Any) -> Group:
         f"(input {s.input_tokens}; head {s.head_tokens} tokens, from {s.head_source}), "
         f"{s.timings_ms.get('total', 0):.0f} ms"
         + (f"; p debiased ({', '.join(corrections)})" if corrections else "")
-        + (f"; p of {', '.join(fitted)} from fitted heads" if fitted else ""),
+        + (f"; p of {', '.join(fitted)} from fitted heads" if fitted else "")
+        + (f"; passes through the model's own forward ({s.path})" if s.path and s.path != "decoder" else ""),
         style="dim",
     )
     return Group(table, footer)

@@ -99,7 +99,10 @@ class Stats:
     device: str = ""
     dtype: str = ""
     kernels: str = ""
-    """Which attention and kernel path ran the passes (e.g. `torch+cpu-flash`, `triton`)."""
+    """Which attention and kernel path ran the passes (e.g. `torch+cpu-flash`, `triton`, `model-forward`)."""
+    path: str = ""
+    """How the passes ran: `decoder` (the engine's own walk over the layers, exact for the Llama, Mistral and
+    Qwen families) or `model-forward` (the model's own forward, any decoder-only family)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -51,9 +51,11 @@ def test_packed_rows_match_rows_alone(kind, qwen_tokenizer):
     assert all(sum(f.probabilities.values()) == pytest.approx(1.0) for f in result.fields.values())
 
 
-def test_unsupported_architecture_is_refused(qwen_tokenizer):
-    from transformers import AutoModelForCausalLM, GPT2Config
+def test_a_decoder_of_another_family_is_accepted_and_a_recurrent_one_refused(qwen_tokenizer):
+    from transformers import AutoModelForCausalLM, GPT2Config, MambaConfig
 
-    model = AutoModelForCausalLM.from_config(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100))
-    with pytest.raises(ModelError, match="gpt2.*not supported"):
-        check_supported(model, qwen_tokenizer)
+    check_supported(AutoModelForCausalLM.from_config(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100)),
+                    qwen_tokenizer)  # served through its own forward (tests/runtime/test_model_families.py)
+    mamba = AutoModelForCausalLM.from_config(MambaConfig(hidden_size=32, num_hidden_layers=1, vocab_size=100))
+    with pytest.raises(ModelError, match="'mamba'.*keeps a recurrent state"):
+        check_supported(mamba, qwen_tokenizer)
