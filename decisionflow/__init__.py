@@ -26,13 +26,14 @@ from .spec import (
 )
 
 if TYPE_CHECKING:
+    from .fitting import fit_heads
     from .runtime.engine import Engine
     from .runtime.result import Decision, FieldResult
 
 __all__ = [
     "AnswerFormat", "Decision", "DecisionflowError", "Engine", "FieldKind", "FieldResult", "Plan", "Rubric",
-    "SchemaRubric", "ask", "decision", "derive", "dump_rubric", "from_json_schema", "load_rubric", "make_plan",
-    "rubric_of",
+    "SchemaRubric", "ask", "decision", "derive", "dump_rubric", "fit_heads", "from_json_schema", "load_rubric",
+    "make_plan", "rubric_of",
 ]
 
 
@@ -45,6 +46,10 @@ def __getattr__(name: str) -> Any:
         from .runtime.engine import Engine
 
         return Engine
+    if name == "fit_heads":
+        from .fitting import fit_heads
+
+        return fit_heads
     if name in ("Decision", "FieldResult"):
         from .runtime import result
 

@@ -11,7 +11,7 @@ probability. A setting is *equivalent* to the reference when no set shows a sign
 Settings are `Engine.load` keywords (`dtype=`, `device=`, `loader=`, `pack_weights=`, `debias=`), comma
 separated. Rows: every dev row whose label the rubric offers (`--limit N` samples N with seed 0).
 
-With fitted heads (`--fit SET=K,...`): each engine fits its own heads (`engine.fit`, the defaults of
+With fitted heads (`--fit SET=K,...`): each engine fits its own heads (`fit_heads`, the defaults of
 `decisionflow fit`) on the same K training rows per label of each named set (seed 0), then reads the
 dev rows with them; a field keeps zero-shot where its head did not win in cross-validation.
 
@@ -63,8 +63,10 @@ def training_rows(name: str, rubric, field: str, column: str, k: int) -> list[tu
 
 
 def fitted_heads(engine, rubric, rows: list) -> tuple:
+    from decisionflow.fitting import fit_heads
+
     began = time.perf_counter()
-    result = engine.fit(rubric, rows)
+    result = fit_heads(engine, rubric, rows)
     return result.heads, time.perf_counter() - began, result.heads.fitted_fields
 
 

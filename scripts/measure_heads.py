@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from decisionflow.fitting import fit_heads
 from decisionflow.runtime.heads import DEFAULT_LAYERS, ZERO_SHOT_FLOOR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,10 +60,8 @@ def collect(engine, name: str, split: str, cache: Path, *, with_means: bool = Tr
     rows = [r for r in read_csv(DATA / name / f"{split}.csv") if r[column] in labels]
     texts = [r["text"] for r in rows]
     forced = [{field: r[column]} for r in rows] if split == "train" else None
-    captured: list = [None] * len(rows)
     began = time.perf_counter()
-    outcomes = engine._decide(rubric, texts, progress=None, calibration=None, debias=None, fail_fast=False,
-                              capture=LAYERS, forced=forced, captured=captured)
+    outcomes, captured = engine.read_features(rubric, texts, layers=LAYERS, write=forced)
     read_s = time.perf_counter() - began
     compiled, _ = engine.compile(rubric)
     prepared = engine.prepared.get(rubric)
@@ -133,7 +132,7 @@ def study_layers(train: dict, dev: dict) -> list[dict]:
     when fitted on every training row at C = 0.01."""
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-    from decisionflow.runtime.head_fit import MAX_FOLDS
+    from decisionflow.fitting.head_fit import MAX_FOLDS
 
     configs = [((-1,), False), ((-1, -4), False), ((-1, -8), False), ((-4, -8), False), ((-1, -4, -8), False),
                ((-1, -4, -8, -12), False), ((-1, -8), True)]
@@ -156,8 +155,8 @@ def study_layers(train: dict, dev: dict) -> list[dict]:
 def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean: bool, ks) -> list[dict]:
     from sklearn.metrics import f1_score
 
+    from decisionflow.fitting.head_fit import MAX_FOLDS, REGULARISATION_GRID, FieldData, fit_field
     from decisionflow.quality.metrics import expected_calibration_error, mcnemar_exact
-    from decisionflow.runtime.head_fit import MAX_FOLDS, REGULARISATION_GRID, FieldData, fit_field
     from decisionflow.spec import load_rubric
 
     rubric_path, field, _ = SETS[name]
@@ -219,7 +218,7 @@ def study_overhead(engine, name: str, repeats: int = 5, requests: int = 40) -> d
     labels = rubric.fields[field].labels
     train = [r for r in read_csv(DATA / name / "train.csv") if r[column] in labels]
     rows = [train[i] for i in subsample(torch.tensor([labels.index(r[column]) for r in train]), 5)]
-    fit = engine.fit(rubric, [(r["text"], {field: r[column]}) for r in rows], significance=1.0)
+    fit = fit_heads(engine, rubric, [(r["text"], {field: r[column]}) for r in rows], significance=1.0)
     heads = fit.heads
     texts = [r["text"] for r in read_csv(DATA / name / "dev.csv")[:requests]]
     engine.decide(rubric, texts[0]), engine.decide(rubric, texts[0], heads=heads)  # warm both paths

@@ -98,10 +98,8 @@ def collect(engine, rubric, rows: list[dict[str, str]], path: Path) -> dict:
     if path.is_file():
         return torch.load(path)
     labels = rubric.fields["score"].labels
-    captured: list = [None] * len(rows)
     began = time.perf_counter()
-    engine._decide(rubric, [r["text"] for r in rows], progress=None, calibration=None, debias=None, fail_fast=False,
-                   capture=DEFAULT_LAYERS, forced=None, captured=captured)
+    _, captured = engine.read_features(rubric, [r["text"] for r in rows], layers=DEFAULT_LAYERS)
     keep = [i for i, c in enumerate(captured) if c is not None and "score" in c]
     data = {
         "hidden": torch.stack([captured[i]["score"].features for i in keep]),
@@ -115,7 +113,7 @@ def collect(engine, rubric, rows: list[dict[str, str]], path: Path) -> dict:
 
 
 def field_data(data: dict, rows: list[int], label_count: int):
-    from decisionflow.runtime.head_fit import FieldData
+    from decisionflow.fitting.head_fit import FieldData
     from decisionflow.runtime.heads import zero_shot_features
 
     out = FieldData()
@@ -136,7 +134,7 @@ def heads_alone(train, values: np.ndarray):
     """The multinomial and the ordinal head, each fitted as `fit_field` would fit it if chosen."""
     from sklearn.model_selection import KFold
 
-    from decisionflow.runtime import head_fit
+    from decisionflow.fitting import head_fit
 
     x, gold = features(train), np.asarray(train.gold)
     folds = list(KFold(n_splits=head_fit.MAX_FOLDS, shuffle=True, random_state=0).split(x))
@@ -204,7 +202,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from decisionflow import Engine
-    from decisionflow.runtime.head_fit import MIN_ROWS_PER_LABEL, REGULARISATION_GRID, fit_field
+    from decisionflow.fitting.head_fit import MIN_ROWS_PER_LABEL, REGULARISATION_GRID, fit_field
     from decisionflow.runtime.heads import DEFAULT_LAYERS
     from decisionflow.spec import load_rubric
 

@@ -1,6 +1,6 @@
 """The package's layout holds: each step imports only the steps before it, and no import cycle exists.
 
-spec → compiler → runtime → (batch | baselines) → (quality | bench | serve | scale) → cli; `errors`
+spec → compiler → runtime → (fitting | batch | baselines) → (quality | bench | serve | scale) → cli; `errors`
 and `paths` are below everything;
 nothing imports `cli`; the kernels import only torch and triton. Imports are read from the source
 (ast), lazy ones inside functions included, so a shortcut taken in a function body is caught too.
@@ -28,14 +28,15 @@ ALLOWED = {
     "spec": set(BASE),
     "compiler": {*BASE, "spec"},
     "runtime": {*BASE, "spec", "compiler", "kernels"},
+    "fitting": ENGINE,
     "batch": ENGINE,
     "baselines": ENGINE,
-    "quality": {*ENGINE, "baselines"},
+    "quality": {*ENGINE, "baselines", "fitting"},
     "bench": {*ENGINE, "baselines"},
     "serve": ENGINE,
     "scale": {*ENGINE, "batch"},
-    "cli": {*ENGINE, "batch", "baselines", "quality", "bench", "serve", "scale"},
-    "": {"errors", "spec", "runtime"},  # decisionflow/__init__.py: the public names, the engine lazily
+    "cli": {*ENGINE, "fitting", "batch", "baselines", "quality", "bench", "serve", "scale"},
+    "": {"errors", "spec", "runtime", "fitting"},  # decisionflow/__init__.py: the public names, the engine and fitting lazily
 }
 STEPS = [step for step in ALLOWED if step not in {"", *BASE}]
 

@@ -82,7 +82,7 @@ def fit_command(
 ) -> None:
     """Fit a head per labelled field on the model's hidden states, keep it where it beats the zero-shot
     readout in cross-validation (McNemar p, a score's errors Wilcoxon p, below --significance), and save the heads beside the rubric (`run`, `eval` and `serve` apply them)."""
-    from ..runtime.head_fit import fit_examples
+    from ..fitting.head_fit import fit_examples
     from ..runtime.heads import Heads
 
     err = stderr()
@@ -165,7 +165,7 @@ def _layers(text: str | None) -> tuple[int, ...] | None:
 def _examples(rubric: Any, data: Path, labels: list[str], text_column: str, rows: str | None,
               skip_unknown: bool) -> tuple[list[Any], int]:
     """The labelled rows as (text, {field: label}), checked against the rubric before the model loads."""
-    from ..runtime.head_fit import examples_of
+    from ..fitting.head_fit import examples_of
 
     given: dict[str, str] = {}
     for item in labels:

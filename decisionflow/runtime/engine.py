@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..compiler import Catalog, CompiledRubric, ReadMode, TokenizerView
 from ..errors import DecisionflowError, InputError, ModelError, ResultError
@@ -214,17 +214,21 @@ class Engine:
             heads=heads, fail_fast=False,
         )
 
-    def fit(self, target: Any, rows: Iterable[Any], **options: Any) -> Any:
-        """Fit a head per labelled field of `target` on `rows` and choose, per field, on cross-validated
-        evidence, between it and the zero-shot readout. Returns a `head_fit.FitResult`: its `.heads`
-        (save them with `.heads.save(path)`, apply them with `decide(..., heads=)`) and its report.
+    def read_features(
+        self, target: Any, payloads: Sequence[Any], *, layers: Sequence[int], write: Sequence[Mapping[str, str]] | None = None,
+        progress: Progress | None = None,
+    ) -> tuple[list[Decision | DecisionflowError], list[Any]]:
+        """Decide `payloads` zero-shot (the rubric's own readout correction, no heads, no calibration) and
+        keep, per input and per field read, what a fitted head reads (`executor.Captured`: the hidden states
+        of `layers` at the field's answer position, counted from the top, and the zero-shot distribution).
 
-        `rows`: `(text, {field: label})` pairs, or mappings with a `text` key and a key per labelled
-        field (a row may label only some fields). `options`: see `head_fit.fit_heads`.
-        """
-        from .head_fit import fit_heads
-
-        return fit_heads(self, target, rows, **options)
+        `write`: per input, answers to write into the prompt instead of the model's (`{field: label}`), so a
+        dependent field is read under the right parent answer, as fitting heads needs. Returns per input its
+        decision or the error it raised, and its reads (None where it could not be read)."""
+        captured: list[Any] = [None] * len(payloads)
+        outcomes = self._decide(target, list(payloads), progress=progress, calibration=None, debias=None, fail_fast=False,
+                                capture=tuple(layers), forced=write, captured=captured)
+        return outcomes, captured
 
     def check_heads(self, heads: Heads, target: Any) -> None:
         """Refuse heads fitted for another model, rubric, prompt or option set (a `HeadsError`). Checked
@@ -271,7 +275,7 @@ class Engine:
             calibration.check(rubric)
         if heads is not None:
             if not isinstance(heads, Heads):
-                raise TypeError(f"heads= takes the fitted heads (`engine.fit(...).heads`, or `Heads.load(path)`), "
+                raise TypeError(f"heads= takes the fitted heads (`fit_heads(engine, ...).heads`, or `Heads.load(path)`), "
                                 f"got {type(heads).__name__}")
             # Checked even with no field fitted: heads saved for another rubric are refused, not ignored.
             self.check_heads(heads, rubric)

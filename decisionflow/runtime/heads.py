@@ -3,7 +3,7 @@
 At a field's answer position the model's last hidden state is what its LM head reads to score the
 next token. A fitted head reads the same position (and a lower layer) plus the field's zero-shot
 log-probabilities, and maps them to a distribution over the field's answers with a multinomial
-logistic regression learned from labelled rows (`head_fit`), or for a score field possibly an ordinal
+logistic regression learned from labelled rows (`fitting.head_fit`), or for a score field possibly an ordinal
 head: the level regressed on the features, read as a normal over the levels, also a linear map. It
 needs no extra pass and no extra token: the features come out of the pass that reads the field anyway.
 

@@ -1,6 +1,6 @@
 """`decisionflow fit`, and `run` / `eval` applying the heads it saves (real bundled model).
 
-The heads `run` and `eval` apply here are fitted through the Python API (`engine.fit`) and saved
+The heads `run` and `eval` apply here are fitted through the Python API (`fit_heads`) and saved
 beside a YAML rubric copied into a temporary folder, exactly where `fit` saves them.
 """
 
@@ -17,6 +17,7 @@ from suite_support import FIXTURES
 from typer.testing import CliRunner
 
 from decisionflow.cli import app
+from decisionflow.fitting import fit_heads
 from decisionflow.runtime.heads import Heads
 from decisionflow.spec.yaml_rubric import load_rubric
 
@@ -85,7 +86,7 @@ def project(folder: Path) -> tuple[Path, Path]:
 def fitted_project(engine, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """review.yaml, its rows, and heads fitted through the API and saved beside the rubric."""
     rubric, rows = project(tmp_path_factory.mktemp("fitted"))
-    result = engine.fit(load_rubric(rubric), [(r["text"], {"sentiment": r["label"], "code": r["code"]}) for r in labelled()])
+    result = fit_heads(engine, load_rubric(rubric), [(r["text"], {"sentiment": r["label"], "code": r["code"]}) for r in labelled()])
     assert result.fields["code"].readout == "fitted"
     return rubric, rows, result.heads.save(Heads.path_for(rubric))
 
@@ -382,7 +383,7 @@ def test_eval_compares_a_field_read_after_a_fitted_one_with_a_run_without_heads(
     rows = write_rows(tmp_path / "rows.csv", labelled())
     # Read first, before the sentiment question, the code's head is better than zero-shot but not
     # significantly on 40 rows: kept anyway, as `--significance 1` would.
-    result = engine.fit(load_rubric(rubric), [(r["text"], {"code": r["code"]}) for r in labelled()], significance=1.0)
+    result = fit_heads(engine, load_rubric(rubric), [(r["text"], {"code": r["code"]}) for r in labelled()], significance=1.0)
     assert result.fields["code"].readout == "fitted"
     result.heads.save(Heads.path_for(rubric))
 
@@ -511,7 +512,7 @@ def test_the_fitting_rows_warning_is_given_only_where_a_head_bears_on_the_scored
     """Heads fitting `code` only, read in the same pass as `sentiment` (no pinning): scoring `sentiment`
     on the fitting rows says nothing about them; scoring `code` does."""
     rubric, rows = project(tmp_path)
-    result = engine.fit(load_rubric(rubric), [(r["text"], {"code": r["code"]}) for r in labelled()])
+    result = fit_heads(engine, load_rubric(rubric), [(r["text"], {"code": r["code"]}) for r in labelled()])
     assert result.heads.fitted_fields == ["code"]
     result.heads.save(Heads.path_for(rubric))
     untouched = invoke("eval", rubric, "--data", rows, "--field", "sentiment", "--label-column", "label", "--rows", "0:6")

@@ -18,8 +18,9 @@ import torch
 from suite_support import FIXTURES
 
 from decisionflow.errors import DataError, InputError
+from decisionflow.fitting import fit_heads
+from decisionflow.fitting.head_fit import REGULARISATION_GRID, FitResult, examples_of
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.head_fit import REGULARISATION_GRID, FitResult, examples_of
 from decisionflow.runtime.heads import FieldHead, Heads, HeadsError
 from decisionflow.spec.rubric import Rubric
 
@@ -81,7 +82,7 @@ def review_rows() -> list[tuple[str, dict[str, str]]]:
 
 @pytest.fixture(scope="module")
 def fitted(engine: Engine) -> FitResult:
-    return engine.fit(REVIEW, review_rows())
+    return fit_heads(engine, REVIEW, review_rows())
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +148,7 @@ def test_too_few_rows_per_answer_keep_zero_shot_and_say_how_many_more(fitted: Fi
 
 def test_a_stricter_minimum_keeps_zero_shot_everywhere(engine: Engine):
     rows = [(row["text"], {"code": CODE[row["label"]]}) for row in SST[:8]]  # 4 rows per answer
-    result = engine.fit(REVIEW, rows, min_rows_per_label=5)
+    result = fit_heads(engine, REVIEW, rows, min_rows_per_label=5)
     info = result.fields["code"]
     assert info.readout == "zero_shot" and result.heads.fitted_fields == []
     assert info.rows_per_label == {"k1": 4, "k2": 4}
@@ -201,7 +202,7 @@ def test_decide_and_decide_each_apply_heads_like_decide_many(engine: Engine, fit
 def test_a_head_on_one_lower_layer_without_zero_shot_features_and_an_unreadable_row(engine: Engine):
     rows = [(row["text"], {"code": CODE[row["label"]]}) for row in SST[:20]] + [("   ", {"code": "k1"})]
     # significance=1: on 20 rows a head's gain is not significant, and this test is about the mechanics.
-    result = engine.fit(REVIEW, rows, layers=(-2,), zero_shot_features=False, significance=1.0)
+    result = fit_heads(engine, REVIEW, rows, layers=(-2,), zero_shot_features=False, significance=1.0)
     info = result.fields["code"]
     # The empty row cannot be read: it is left out, and said so, instead of failing the fit.
     assert list(result.failed) == [20] and "empty" in result.failed[20]
@@ -252,7 +253,7 @@ def test_saved_heads_round_trip_to_the_same_answers(engine: Engine, fitted: FitR
 
 def test_heads_with_only_zero_shot_fields_save_load_and_change_nothing(engine: Engine, tmp_path: Path):
     rows = [(row["text"], {"rare": "r2"}) for row in SST[:3]]
-    result = engine.fit(REVIEW, rows)
+    result = fit_heads(engine, REVIEW, rows)
     assert result.heads.fitted_fields == [] and result.fields["rare"].readout == "zero_shot"
     path = result.heads.save(tmp_path / "zero.heads.safetensors")
     loaded = Heads.load(path)
@@ -431,7 +432,7 @@ def test_heads_saved_under_a_json_name_still_load(fitted: FitResult, tmp_path: P
 def test_a_label_that_is_not_an_answer_names_the_row_and_close_matches(engine: Engine):
     rows = [("good", {"sentiment": "positive"}), ("bad", {"sentiment": "negative"}), ("meh", {"sentiment": "postive"})]
     with pytest.raises(DataError) as caught:
-        engine.fit(REVIEW, rows)
+        fit_heads(engine, REVIEW, rows)
     assert str(caught.value) == ("row 2: 'postive' is not an answer of field 'sentiment'; did you mean 'positive'? "
                                  "(it offers negative, positive)")
     with pytest.raises(DataError, match=r"^row 0: 'k9x' is not an answer of field 'code' \(it offers k1, k2\)$"):
@@ -445,7 +446,7 @@ def test_a_label_that_is_not_an_answer_names_the_row_and_close_matches(engine: E
 
 def test_unknown_derived_and_unlabelled_fields_are_refused(engine: Engine):
     with pytest.raises(DataError, match=r"^row 1: 'sentimnt' is not a field of rubric 'review'; did you mean 'sentiment'\?"):
-        engine.fit(REVIEW, [("a", {"sentiment": "positive"}), ("b", {"sentimnt": "positive"})])
+        fit_heads(engine, REVIEW, [("a", {"sentiment": "positive"}), ("b", {"sentimnt": "positive"})])
     derived = Rubric.model_validate({
         **json.loads(REVIEW.model_dump_json(exclude_none=True)),
         "fields": {
@@ -455,19 +456,19 @@ def test_unknown_derived_and_unlabelled_fields_are_refused(engine: Engine):
         },
     })
     with pytest.raises(DataError, match=r"^row 0: field 'liked' is derived in code from sentiment, so it cannot be fitted"):
-        engine.fit(derived, [("a", {"liked": True})])
+        fit_heads(engine, derived, [("a", {"liked": True})])
     with pytest.raises(DataError, match="no row labels any field of rubric 'review'"):
-        engine.fit(REVIEW, [])
+        fit_heads(engine, REVIEW, [])
     with pytest.raises(DataError, match="no row labels any field"):
-        engine.fit(REVIEW, [("a", {"sentiment": None}), {"text": "b", "code": "  "}, ("c", {})])
+        fit_heads(engine, REVIEW, [("a", {"sentiment": None}), {"text": "b", "code": "  "}, ("c", {})])
     with pytest.raises(DataError, match=r"^row 0: no 'text' key"):
-        engine.fit(REVIEW, [{"sentence": "a", "sentiment": "positive"}])
+        fit_heads(engine, REVIEW, [{"sentence": "a", "sentiment": "positive"}])
     with pytest.raises(DataError, match=r"^row 1: expected \(text, \{field: label\}\)"):
-        engine.fit(REVIEW, [("a", {"sentiment": "positive"}), "just text"])
+        fit_heads(engine, REVIEW, [("a", {"sentiment": "positive"}), "just text"])
     with pytest.raises(DataError, match="layer 40 does not exist"):
-        engine.fit(REVIEW, [("a", {"sentiment": "positive"})], layers=(-1, 40))
+        fit_heads(engine, REVIEW, [("a", {"sentiment": "positive"})], layers=(-1, 40))
     with pytest.raises(DataError, match="at least one hidden layer"):
-        engine.fit(REVIEW, [("a", {"sentiment": "positive"})], layers=())
+        fit_heads(engine, REVIEW, [("a", {"sentiment": "positive"})], layers=())
 
 
 def test_gold_cells_are_read_as_people_write_them():
@@ -519,7 +520,7 @@ def dependent_rows() -> list[tuple[str, dict[str, object]]]:
 
 @pytest.fixture(scope="module")
 def dependent(engine: Engine) -> FitResult:
-    return engine.fit(DEPENDENT, dependent_rows())
+    return fit_heads(engine, DEPENDENT, dependent_rows())
 
 
 def test_dependent_fields_are_read_under_their_gold_parent(engine: Engine, dependent: FitResult):
@@ -573,8 +574,8 @@ def test_a_fitted_marginalized_field_mixes_its_head_over_the_parent_answers(engi
 def test_labelling_an_earlier_field_does_not_change_a_later_fields_figures(engine: Engine):
     pinned = review(pin_first=True, drop="group")
     rows = [(row["text"], {"sentiment": row["label"], "code": CODE[row["label"]]}) for row in SST[:24]]
-    both = engine.fit(pinned, rows)
-    alone = engine.fit(pinned, [(text, {"code": labels["code"]}) for text, labels in rows])
+    both = fit_heads(engine, pinned, rows)
+    alone = fit_heads(engine, pinned, [(text, {"code": labels["code"]}) for text, labels in rows])
     # `code` does not depend on `sentiment`; only the answer written before it differs.
     assert both.fields["code"].candidates == alone.fields["code"].candidates
 
@@ -604,7 +605,7 @@ def test_a_head_right_on_every_held_out_row_is_warned_about(engine: Engine):
                "Is there snow forecast for the Alps on Friday?", "What is the wind speed at the coast today?",
                "Should I take an umbrella to Berlin tonight?", "Is a storm coming to Miami next week?",
                "How cold is it in Oslo this morning?", "Will the fog lift over London by noon?"]
-    result = engine.fit(rubric, [(t, {"tag": "k1"}) for t in money] + [(t, {"tag": "k2"}) for t in weather])
+    result = fit_heads(engine, rubric, [(t, {"tag": "k1"}) for t in money] + [(t, {"tag": "k2"}) for t in weather])
     info = result.fields["tag"]
     assert info.readout == "fitted" and info.candidates["fitted"].accuracy == 1.0 and info.temperature < 0.1
     [warning] = result.warnings
@@ -614,7 +615,7 @@ def test_a_head_right_on_every_held_out_row_is_warned_about(engine: Engine):
 
 
 def test_the_overconfidence_warning_says_which_of_its_two_causes_holds():
-    from decisionflow.runtime.head_fit import _overconfidence_warning
+    from decisionflow.fitting.head_fit import _overconfidence_warning
 
     assert _overconfidence_warning("level", all_right=False, at_bound=False) == ""
     assert "every cross-validated answer of its head was right" in _overconfidence_warning("level", True, False)
@@ -624,7 +625,7 @@ def test_the_overconfidence_warning_says_which_of_its_two_causes_holds():
 
 def test_a_score_field_whose_kept_head_is_right_on_every_held_out_row_is_warned_about():
     """No model: 40 rows whose features are their level, so every out-of-fold answer is right."""
-    from decisionflow.runtime.head_fit import FieldData, fit_field
+    from decisionflow.fitting.head_fit import FieldData, fit_field
     from decisionflow.spec.yaml_rubric import loads_rubric
 
     rubric = loads_rubric("name: r\nfields:\n  level: {kind: score, question: How bad, min: 0, max: 4}\n")

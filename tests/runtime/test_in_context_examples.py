@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from decisionflow.errors import InputError
+from decisionflow.fitting import fit_heads
 from decisionflow.runtime.engine import Engine
 from decisionflow.runtime.heads import HeadsError
 from decisionflow.spec.rubric import Rubric
@@ -62,7 +63,7 @@ def test_heads_fitted_without_the_examples_are_refused_with_them(engine: Engine)
         ("k1", ["I was charged twice", "refund my double charge", "the invoice is wrong", "my card was billed again"]),
         ("k2", ["no parcel yet", "tracking says lost", "the courier never came", "my order has not shipped"]),
     ) for text in texts]
-    heads = engine.fit(PLAIN, rows, significance=1.0).heads
+    heads = fit_heads(engine, PLAIN, rows, significance=1.0).heads
     assert heads.fitted_fields == ["code"]
     engine.decide(PLAIN, TICKET, heads=heads)  # the rubric it was fitted for takes it
     with pytest.raises(HeadsError, match="another rubric|another version|another prompt"):

@@ -18,8 +18,8 @@ import pytest
 import torch
 from suite_support import FIXTURES
 
-from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.head_fit import (
+from decisionflow.fitting import fit_heads
+from decisionflow.fitting.head_fit import (
     MIN_ORDINAL_ROWS,
     ORDINAL_PENALTIES,
     REGULARISATION_GRID,
@@ -30,6 +30,7 @@ from decisionflow.runtime.head_fit import (
     _kept_head,
     _wilcoxon,
 )
+from decisionflow.runtime.engine import Engine
 from decisionflow.runtime.heads import Candidate, FieldHeadInfo, Heads
 from decisionflow.spec.rubric import Rubric
 
@@ -53,13 +54,13 @@ FITTING, HELD_OUT = 48, ROWS[48:]
 def fitted(engine: Engine) -> FitResult:
     rows = [(row["text"], {"score": row["score"], "level": row["score"]} if index < FITTING else {"level": row["score"]})
             for index, row in enumerate(ROWS)]
-    return engine.fit(RATED, rows)
+    return fit_heads(engine, RATED, rows)
 
 
 @pytest.fixture(scope="module")
 def ordinal_only(engine: Engine) -> FitResult:
     """No level has 30 rows, so no multinomial head; the ordinal one needs only 10 rows over two levels."""
-    return engine.fit(RATED, [(row["text"], {"score": row["score"]}) for row in ROWS[:FITTING]], min_rows_per_label=30)
+    return fit_heads(engine, RATED, [(row["text"], {"score": row["score"]}) for row in ROWS[:FITTING]], min_rows_per_label=30)
 
 
 def test_a_score_field_without_rows_at_some_levels_still_gets_both_heads(fitted: FitResult):
@@ -141,7 +142,7 @@ def test_an_ordinal_head_answers_in_the_engine_and_round_trips(engine: Engine, o
 
 def test_too_few_score_rows_keep_zero_shot_and_say_what_the_ordinal_head_needs(engine: Engine):
     rows = [(row["text"], {"score": row["score"]}) for row in ROWS[:MIN_ORDINAL_ROWS - 2]]
-    result = engine.fit(RATED, rows)
+    result = fit_heads(engine, RATED, rows)
     info = result.fields["score"]
     assert info.readout == "zero_shot" and set(info.candidates) == {"zero_shot"}
     assert f"needs at least {MIN_ORDINAL_ROWS} rows over two levels" in info.note

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from decisionflow.cli import app as cli_app
 from decisionflow.errors import RubricError
+from decisionflow.fitting import fit_heads
 from decisionflow.serve import RubricRegistry, create_app
 from decisionflow.serve.batcher import MicroBatcher
 from decisionflow.serve.metrics import Metrics
@@ -67,7 +68,7 @@ def fitted_heads_file(engine, tmp_path_factory) -> Path:
     """`desk.heads.safetensors` from a real fit (kept apart; tests copy it where they need it)."""
     folder = tmp_path_factory.mktemp("fit")
     rubric = load_rubric(write_desk(folder))
-    result = engine.fit(rubric, [(text, {"queue": label}) for label, texts in ROWS.items() for text in texts])
+    result = fit_heads(engine, rubric, [(text, {"queue": label}) for label, texts in ROWS.items() for text in texts])
     info = result.heads.metadata.fields["queue"]
     assert info.readout == "fitted", f"the fit kept zero-shot for `queue` ({info.candidates}); the test needs a head"
     return result.heads.save(folder / "desk.heads.safetensors")

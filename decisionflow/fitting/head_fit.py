@@ -1,6 +1,9 @@
 """Fitting decision heads from labelled rows, and choosing per field between a head and zero-shot.
 
-`fit_heads` runs the labelled rows through the engine's own packed passes once, with each row's
+    result = fit_heads(engine, Triage, rows)       # rows: (text, {field: label}) pairs or mappings
+    result.heads.save("triage.heads.safetensors")  # the engine applies them: decide(..., heads=...)
+
+`fit_heads` runs the labelled rows through the engine's own packed passes once (`Engine.read_features`), with each row's
 gold answers written into the prompt in place of the model's (so a dependent field is read under
 its right parent answer), and keeps, per labelled field, the hidden states at its answer position
 and its zero-shot distribution. Per field it then fits a multinomial logistic regression
@@ -39,12 +42,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 
 from ..errors import DataError, DecisionflowError, Unavailable
-from ..spec.declare import rubric_of
-from ..spec.gold import cell_label, gold_label
-from ..spec.kinds import FieldKind
-from ..spec.rubric import Rubric
-from .head_store import library_version
-from .heads import (
+from ..runtime.head_store import library_version
+from ..runtime.heads import (
     DEFAULT_LAYERS,
     Candidate,
     FieldHead,
@@ -56,6 +55,10 @@ from .heads import (
     rubric_fingerprint,
     zero_shot_features,
 )
+from ..spec.declare import rubric_of
+from ..spec.gold import cell_label, gold_label
+from ..spec.kinds import FieldKind
+from ..spec.rubric import Rubric
 
 MIN_ROWS_PER_LABEL = 2
 """Fewer labelled rows than this for some answer of a field, and the field keeps zero-shot."""
@@ -233,10 +236,9 @@ def fit_examples(
     if bad:
         raise DataError(f"layer {bad[0]} does not exist: the model has {count} layers (use -1 .. -{count})")
     began = time.perf_counter()
-    captured: list[Any] = [None] * len(examples)
-    outcomes = engine._decide(
-        rubric, [e.text for e in examples], progress=progress, calibration=None, debias=None, fail_fast=False,
-        capture=tuple(layers), forced=[parents_to_write(rubric, e.labels) for e in examples], captured=captured,
+    outcomes, captured = engine.read_features(
+        rubric, [e.text for e in examples], layers=tuple(layers), progress=progress,
+        write=[parents_to_write(rubric, e.labels) for e in examples],
     )
     read_s = time.perf_counter() - began
     failed = {}
@@ -263,10 +265,10 @@ def fit_examples(
             heads[name] = head
         if warning:
             notes.append(warning)
-    prepared = engine.prepared.get(rubric)
+    compiled, _ = engine.compile(rubric)
     metadata = HeadsMetadata(
         rubric=rubric.name, rubric_fingerprint=rubric_fingerprint(rubric), model=engine.model_fingerprint,
-        model_name=getattr(engine.loaded, "name", "") or "", prompt=prompt_fingerprint(prepared.compiled.head_tokens),
+        model_name=getattr(engine.loaded, "name", "") or "", prompt=prompt_fingerprint(compiled.head_tokens),
         dtype=str(engine.backend.dtype).removeprefix("torch."), library=library_version(), fields=infos,
     )
     if failed:
