@@ -174,8 +174,9 @@ def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean
             data.gold.append(int(train["gold"][i]))
             data.zero_shot_answer.append(int(train["zero_shot"][i].argmax()))
         began = time.perf_counter()
-        info, head, _ = fit_field(rubric, field, data, layers=layers, zero_shot_features=True, min_rows_per_label=2,
+        info, fitted, _ = fit_field(rubric, field, data, layers=layers, zero_shot_features=True, min_rows_per_label=2,
                                   regularisation=REGULARISATION_GRID, folds=MAX_FOLDS, seed=0)
+        head = fitted.hidden
         fit_s = time.perf_counter() - began
         if head is not None:
             x_dev = features_of(dev, layers, mean=mean, zero_shot=False)

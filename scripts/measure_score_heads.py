@@ -228,9 +228,10 @@ def main() -> None:
             fitting = field_data(train, list(range(min(n, len(train["gold"])))), len(labels))
             multinomial, ordinal = heads_alone(fitting, values)
             alone = {"multinomial": score(multinomial, dev, values), "ordinal": score(ordinal, dev, values)}
-            info, head, _ = fit_field(rubric, "score", fitting, layers=DEFAULT_LAYERS, zero_shot_features=True,
+            info, fitted, _ = fit_field(rubric, "score", fitting, layers=DEFAULT_LAYERS, zero_shot_features=True,
                                       min_rows_per_label=MIN_ROWS_PER_LABEL, regularisation=REGULARISATION_GRID,
                                       folds=5, seed=0)
+            head = fitted.hidden
             chosen = score(head, dev, values) if head is not None else zero_shot
             row = {"set": name, "rows": len(fitting.gold), "rows_per_level": info.rows_per_label, "zero_shot": zero_shot,
                    **alone, "as_chosen": {**chosen, "candidate": info.chosen,

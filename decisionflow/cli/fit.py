@@ -67,6 +67,9 @@ def fit_command(
         typer.Option("--output", help="Where to save the heads (default: NAME.heads.safetensors beside a YAML rubric file; "
                      "required for a shipped workflow's name or module:Class).", show_default=False),
     ] = None,
+    words: Annotated[bool, typer.Option(
+        "--words/--no-words", help="Also try, for a choice or boolean field, a head on the input's words (n-grams) and "
+                                   "its fusion with the hidden-state head and the zero-shot readout.")] = True,
     significance: Annotated[
         float, typer.Option("--significance", min=0.0, max=1.0, metavar="P",
                             help="Keep a head only where it is right on more rows than zero-shot across folds (a score "
@@ -105,7 +108,7 @@ def fit_command(
     with progress_bars(err) as progress_for:
         progress = progress_for("reading rows")
         result = guarded(ctx, err, lambda: fit_examples(engine, target, examples, skipped=skipped, layers=chosen_layers,
-                                                         progress=progress, significance=significance))
+                                                         progress=progress, significance=significance, words=words))
     for line in result.warnings:
         say(err, line)
     guarded(ctx, err, lambda: result.heads.save(output))
@@ -119,7 +122,8 @@ def fit_command(
         # A field cross-validated and kept zero-shot says why here; one too short to fit was warned about.
         if info.readout != "fitted" and len(info.candidates) > 1 and info.note:
             say(out, f"{name} keeps the zero-shot readout: {info.note}")
-    fitted = [name + (" (ordinal)" if result.fields[name].head == "ordinal" else "") for name in result.heads.fitted_fields]
+    fitted = [name + (f" ({result.fields[name].head})" if result.fields[name].head != "multinomial" else "")
+              for name in result.heads.fitted_fields]
     say(out, f"{len(fitted)} of {len(result.fields)} labelled fields answer with a fitted head"
              + (f" ({', '.join(fitted)})" if fitted else "")
              + f"; read {count(result.rows, 'row')} in {result.timings_s['read']:.1f} s"

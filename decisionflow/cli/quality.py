@@ -100,7 +100,14 @@ def eval_command(
     shuffle_options: Annotated[
         int, typer.Option("--shuffle-options", min=0, metavar="K", help="Re-ask with the field's options in K shuffled orders and report the flip rate.")
     ] = 0,
-    baseline: Annotated[bool, typer.Option("--baseline", help="Also score unconstrained greedy JSON generation on the same rows (slow).")] = False,
+    baseline: Annotated[list[str] | None, typer.Option(
+        "--baseline", metavar="json|tfidf",
+        help="Also score a baseline on the same rows; repeat for both: `json`, unconstrained greedy JSON generation by the "
+             "same model (slow); `tfidf`, a bag of words (word and character n-grams, TF-IDF, logistic regression) "
+             "fitted on --train, with McNemar's test against the readout.", show_default=False)] = None,
+    train: Annotated[Path | None, typer.Option(
+        "--train", help="Labelled training rows for `--baseline tfidf` (CSV, JSONL or Parquet; the same text and label "
+                        "columns as --data).", show_default=False)] = None,
     debias: DebiasOption = None,
     ablate: Annotated[
         bool, typer.Option("--ablate", help="Also score the rubric's minimal variant (no instructions, no option descriptions) on the same rows.")
@@ -115,10 +122,19 @@ def eval_command(
     threads: ThreadsOption = None,
 ) -> None:
     """Score a rubric against labelled data: accuracy, macro-F1, calibration error, abstention; raw and debiased side by side."""
-    from ..quality.evaluate import evaluate, with_thresholds, write_outputs
+    from ..quality.evaluate import BASELINES, evaluate, with_thresholds, write_outputs
 
     err = stderr()
     refuse_output(err, out, folder=True, option="--out")
+    baselines = list(dict.fromkeys(baseline or ()))
+    unknown = [name for name in baselines if name not in BASELINES]
+    if unknown:
+        say(err, f"error: --baseline {unknown[0]!r} is not one (use {' or '.join(BASELINES)})")
+        raise typer.Exit(2)
+    if ("tfidf" in baselines) != (train is not None):
+        say(err, "error: --baseline tfidf needs --train (the labelled rows it is fitted on)" if train is None
+                 else "error: --train gives the rows `--baseline tfidf` is fitted on; add --baseline tfidf")
+        raise typer.Exit(2)
     method = guarded(ctx, err, lambda: _debias(debias))
     if raw and method is None:
         method = "none"
@@ -126,6 +142,8 @@ def eval_command(
     fields = guarded(ctx, err, lambda: resolve_fields(rubric, [field] if field else None))
     chosen = guarded(ctx, err, lambda: _rows(data, rubric, fields, text_column, [label_column] if label_column else None,
                                              rows, limit, seed, err))
+    training = [] if train is None else guarded(ctx, err, lambda: _rows(
+        train, rubric, fields, text_column, [label_column] if label_column else None, None, None, seed, err))
     base, base_file = (None, None) if raw else guarded(ctx, err, lambda: chosen_calibration(rubric_ref, calibration_path, no_calibration))
     heads, heads_file = (None, None) if raw else guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads, rubric))
     if base is not None:
@@ -133,15 +151,15 @@ def eval_command(
         say(err, f"calibration: {base_file} ({', '.join(base.fields)})")
     fitting_rows = _fitting_rows(heads, chosen)
     calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
-    engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader, generates=baseline))
+    engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader, generates="json" in baselines))
     if heads is not None:
         guarded(ctx, err, lambda: engine.check_heads(heads, target))
         say(err, f"heads: {heads_file} (fitted: {', '.join(heads.fitted_fields) or 'none'})")
     with progress_bars(err) as progress_for:
         run = guarded(ctx, err, lambda: evaluate(
             engine, target, rubric, chosen, fields[0], calibration=calibration, debias=method,
-            shuffle_orders=shuffle_options, seed=seed, baseline=baseline, ablate=ablate, progress_for=progress_for,
-            heads=heads,
+            shuffle_orders=shuffle_options, seed=seed, baseline=baselines, ablate=ablate, progress_for=progress_for,
+            heads=heads, train=training,
         ))
     run.summary = {
         "rubric": rubric.name, "field": fields[0], "data": str(data), "model": model or "bundled SmolLM2-135M-Instruct",
@@ -404,6 +422,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
             compact[extra] = summary[extra]
     if "baseline" in summary:
         compact["baseline"] = {k: summary["baseline"].get(k) for k in (*keys, "agreement_with_decisionflow", "mean_latency_ms")}
+    if "tfidf" in summary:
+        compact["tfidf"] = {k: summary["tfidf"].get(k) for k in ("n", "accuracy", "macro_f1", "train_rows", "terms",
+                                                                   "readout_vs_baseline")}
     typer.echo(json.dumps(compact, indent=2))
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
-from ..errors import DecisionflowError
+from ..errors import DataError, DecisionflowError
 from ..runtime.calibration import Calibration, FieldCalibration
 from ..spec.rubric import Debias, FieldKind, Rubric
 from . import metrics
@@ -149,6 +149,47 @@ def score_baseline(gold: Sequence[str], records: Sequence[Any], field_name: str,
     }
 
 
+BASELINES = ("json", "tfidf")
+"""`json`: unconstrained greedy JSON generation by the same model; `tfidf`: a bag of words (word 1-2-grams and
+character 2-5-grams, TF-IDF, one logistic regression) fitted on training rows: what the model adds over the words."""
+
+
+def tfidf_baseline(train: Sequence[LabelledRow], texts: Sequence[Any], gold: Sequence[str], field_name: str,
+                   options: Sequence[str], readings: Sequence[Reading]) -> dict[str, Any]:
+    """A bag of words fitted on `train`'s labelled rows (the n-gram head's features and regression,
+    `fitting.lexical`), scored on the evaluated rows beside the readout, with McNemar's exact test."""
+    from ..fitting.lexical import fit_lexicon, fit_words, word_matrix
+    from ..runtime.lexical import lexical_text
+
+    labels = list(options)
+    fitting = [row for row in train if row.gold.get(field_name) in labels]
+    if not fitting:
+        raise DataError(f"no training row has a label of field {field_name!r} among its answers ({', '.join(labels[:8])}...)")
+    seen = sorted({row.gold[field_name] for row in fitting})
+    if len(seen) < 2:
+        raise DataError(f"the training rows label field {field_name!r} with one answer only ({seen[0]!r}): a baseline "
+                        "needs rows of two answers or more")
+    began = time.perf_counter()
+    lexicon = fit_lexicon([lexical_text(row.text) for row in fitting])
+    head = fit_words(word_matrix(lexicon, [lexical_text(row.text) for row in fitting]),
+                     [labels.index(row.gold[field_name]) for row in fitting])
+    scores = head.scores(word_matrix(lexicon, [lexical_text(text) for text in texts]))
+    predicted = [labels[int(head.classes[i])] for i in scores.argmax(axis=1)]
+    baseline = [Reading(predicted=p) for p in predicted]
+    offered = set(labels)
+    in_scope = [i for i, g in enumerate(gold) if g in offered]
+    compared = paired_difference(gold, readings, baseline, options)
+    return {
+        "method": "tfidf (word 1-2-grams and character 2-5-grams, TF-IDF, logistic regression)",
+        "train_rows": len(fitting), "terms": len(lexicon), "n": len(gold), "n_in_scope": len(in_scope),
+        "accuracy": _number(metrics.accuracy([gold[i] for i in in_scope], [predicted[i] for i in in_scope])),
+        "macro_f1": _number(metrics.macro_f1([gold[i] for i in in_scope], [predicted[i] for i in in_scope])),
+        "readout_vs_baseline": {"rows": compared["rows"], "only_readout_right": compared["only_fitted_right"],
+                                "only_baseline_right": compared["only_zero_shot_right"], "mcnemar_p": compared["mcnemar_p"]},
+        "seconds": round(time.perf_counter() - began, 1),
+    }
+
+
 def with_thresholds(
     base: Calibration | None, rubric: Rubric, field_name: str, *,
     min_mass: float | None, min_probability: float | None,
@@ -178,11 +219,12 @@ class EvalRun:
 def evaluate(
     engine: Any, target: Any, rubric: Rubric, rows: Sequence[LabelledRow], field_name: str, *,
     calibration: Calibration | None = None, debias: str | None = None, shuffle_orders: int = 0, seed: int = 0,
-    baseline: bool = False, ablate: bool = False, progress_for: Callable[[str], Progress | None] | None = None,
-    heads: Any = None,
+    baseline: Sequence[str] = (), ablate: bool = False, progress_for: Callable[[str], Progress | None] | None = None,
+    heads: Any = None, train: Sequence[LabelledRow] = (),
 ) -> EvalRun:
     """Run the engine on `rows` and score it; next to it the raw readout (when a correction applies),
-    and optionally option shuffles, the wording ablation and the JSON-generation baseline.
+    and optionally option shuffles, the wording ablation and the baselines (`BASELINES`: `json` generates,
+    `tfidf` is fitted on `train`).
 
     `debias` overrides the readout correction (None: what the engine resolves, as `decisionflow run`).
     With fitted `heads` that answer the field, the zero-shot readout of the same passes is scored beside
@@ -243,7 +285,9 @@ def evaluate(
         known = {("as_written", applied): readings, **({("as_written", Debias.NONE.value): raw} if raw is not None else {})}
         summary["ablate"] = compare_wordings(engine, rubric, texts, gold, options, field_name, correction=correction,
                                              known=known, progress_for=progress_for)
-    if baseline:
+    if "tfidf" in baseline:
+        summary["tfidf"] = tfidf_baseline(train, texts, gold, field_name, options, readings)
+    if "json" in baseline:
         from ..baselines.generation import json_generate
 
         report = progress_for("JSON baseline")
@@ -335,7 +379,9 @@ def markdown_report(summary: dict[str, Any], *, has_plot: bool) -> str:
                + ([(f"decisionflow zero-shot ({summary.get('debias', 'none')})", {**summary["zero_shot"], "n": summary["n"]})]
                   if "zero_shot" in summary else [])
                + ([("decisionflow raw", {**summary["raw"], "n": summary["n"]})] if "raw" in summary else [])
-               + ([("JSON baseline", summary["baseline"])] if "baseline" in summary else []))
+               + ([("JSON baseline", summary["baseline"])] if "baseline" in summary else [])
+               + ([("TF-IDF baseline", {**summary["tfidf"], "valid_rate": 1.0, "ece": None, "mean_candidate_mass": None})]
+                  if "tfidf" in summary else []))
     lines += ["| method | n | accuracy | macro-F1 | valid rate | ECE | mean candidate mass |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, figures in methods:
@@ -361,6 +407,12 @@ def markdown_report(summary: dict[str, Any], *, has_plot: bool) -> str:
         if reasons:
             lines.append("Commonest reasons its answers were invalid: "
                          + "; ".join(f"{reason} ({count})" for reason, count in reasons.items()) + ".")
+    if "tfidf" in summary:
+        t = summary["tfidf"]
+        d = t["readout_vs_baseline"]
+        lines.append(f"The TF-IDF baseline was fitted on {t['train_rows']} training rows ({t['terms']} terms). Against it, "
+                     f"on the same {d['rows']} rows: {d['only_readout_right']} right only by decisionflow, "
+                     f"{d['only_baseline_right']} only by the baseline (McNemar exact p = {d['mcnemar_p']:.3g}).")
     if "abstention" in summary:
         a = summary["abstention"]
         lines += ["", "## Abstention", "",

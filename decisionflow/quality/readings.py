@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import DecisionflowError
 from ..runtime.calibration import Calibration
+from ..runtime.result import FITTED_METHODS
 from ..spec.declare import rubric_of
 from . import metrics
 
@@ -137,10 +138,10 @@ def _reads_fitted_answers(decision: Any, rubric: Any, field_name: str) -> bool:
     carries the earlier rounds' answers) or, derived, is computed from such a field or from one."""
     spec = rubric.fields[field_name]
     if spec.derive is not None:
-        return any(decision.fields[read].method == "fitted" or _reads_fitted_answers(decision, rubric, read)
+        return any(decision.fields[read].method in FITTED_METHODS or _reads_fitted_answers(decision, rubric, read)
                    for read in spec.derive.reads)
     result = decision.fields[field_name]
-    return any(name != field_name and other.method == "fitted" and (other.round or 0) < (result.round or 0)
+    return any(name != field_name and other.method in FITTED_METHODS and (other.round or 0) < (result.round or 0)
                for name, other in decision.fields.items())
 
 

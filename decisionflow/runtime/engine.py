@@ -298,7 +298,8 @@ class Engine:
         for batch in self._batches(prepared.compiled, [tokens[i] for i in admitted]):  # type: ignore[misc]
             indexes = [admitted[b] for b in batch]
             began = time.perf_counter()
-            states = [RequestState(input_tokens=tokens[i], forced=dict(forced[i]) if forced else {})  # type: ignore[arg-type]
+            states = [RequestState(input_tokens=tokens[i], forced=dict(forced[i]) if forced else {},  # type: ignore[arg-type]
+                                   words=heads.words(payloads[i]) if heads is not None else None)
                       for i in indexes]
             pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states, calibration,  # type: ignore[arg-type]
                               priors, heads, capture)

@@ -44,7 +44,7 @@ from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
 from .calibration import Calibration
 from .debias import Debias, Priors
 from .derive import Joint, derive_field
-from .heads import Heads, zero_shot_features
+from .heads import Heads
 from .readout import FieldReading, gather_index, read_fields
 from .result import FieldResult
 
@@ -70,6 +70,8 @@ class RequestState:
     answer: a labelled row's gold answers, when fitting heads."""
     captured: dict[str, Captured] = field(default_factory=dict)
     """With `capture`: per field read, what a head would read there."""
+    words: torch.Tensor | None = None
+    """The input's word vector, where a fitted n-gram head reads it (`Heads.words`)."""
 
     @property
     def pending(self) -> list[int]:
@@ -369,7 +371,9 @@ def _field_result(
     mass = 0.0
     debias = Debias.NONE
     joint: dict[tuple[str, str], float] = {}
-    fitted = heads.for_field(name) if heads is not None and features is not None else None
+    fitted = heads.for_field(name) if heads is not None else None
+    if fitted is not None and fitted.info.reads_hidden and features is None:
+        fitted = None
     # With a head, the engine's own readout is kept beside its answer (mixed alike when marginalised).
     zero_shot_mixture = [0.0] * len(labels) if fitted is not None else None
     for read, reading, index in group:
@@ -389,9 +393,8 @@ def _field_result(
         if fitted is not None:
             for label_index, p in zip(indexes, probabilities):
                 zero_shot_mixture[label_index] += read.weight * p  # type: ignore[index]
-            head, info = fitted
-            zero_shot = zero_shot_features(probabilities, indexes, len(labels)) if info.zero_shot_features else None
-            probabilities = head.probabilities(features.of(index, info.layers), zero_shot, indexes)  # type: ignore[union-attr]
+            reads = features.of(index, fitted.info.layers) if fitted.info.reads_hidden else None  # type: ignore[union-attr]
+            probabilities = fitted.probabilities(reads, probabilities, indexes, state.words)
         for label_index, p in zip(indexes, probabilities):
             mixture[label_index] += read.weight * p
             if read.hypothesis is not None:
@@ -419,7 +422,7 @@ def _field_result(
         name=name, kind=spec.kind, value=value, abstained=abstained and asked,
         probabilities={labels[i]: p for i, p in zip(offered, probabilities)},
         candidate_mass=mass, round=round_index,
-        method="fitted" if fitted is not None else group[0][0].row.method if not marginalized else "marginalized",
+        method=fitted.method if fitted is not None else group[0][0].row.method if not marginalized else "marginalized",
         debias=debias.value, asked=asked,
         # Not marginalised: one reading, whose own distribution is the raw one.
         raw_probabilities=None if marginalized else dict(zip(group[0][0].row.labels, group[0][1].probabilities)),

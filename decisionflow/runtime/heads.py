@@ -30,8 +30,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import CalibrationError
 from ..spec.rubric import Rubric
+from .lexical import Lexicon
 
-FORMAT = 1
+FORMAT = 2
+"""2: a field's head may also read the input's words (an n-gram head), alone or fused with the hidden-state
+head and the zero-shot readout; the file then holds the lexicon. Format-1 files load and answer as before."""
+READ_FORMATS = (1, 2)
 DEFAULT_LAYERS = (-1, -8)
 """Hidden layers a head reads, counted from the top (see `forward.Capture`): the LM head's input and the
 eighth layer from the top, the best pair in cross-validation on every development set's training
@@ -40,6 +44,11 @@ ZERO_SHOT_FLOOR = 1e-6
 """The smallest zero-shot probability a head's log-probability features see (and what an answer the
 row does not offer counts as)."""
 METADATA_KEY = "decisionflow_heads"
+LEXICON_KEY = "decisionflow_lexicon"
+"""The n-gram heads' terms (a JSON list, in column order), beside the tensor `lexicon.idf`."""
+HEAD_KINDS = ("multinomial", "ordinal", "ngram", "fused")
+READOUT_METHODS = {"multinomial": "fitted", "ordinal": "fitted", "ngram": "ngram", "fused": "fused"}
+"""The `method` a result names for each head that can answer a field."""
 FITTED_ON_KEY = "fitted_on.input_hashes"
 """The tensor of the fitting rows' `input_hashes` (no field's tensor is named `NAME.input_hashes`)."""
 
@@ -77,10 +86,17 @@ class FieldHeadInfo(BaseModel):
     labels: tuple[str, ...]
     """The field's answers when it was fitted, in the rubric's order (the head's output order)."""
     readout: str
-    """`fitted` (the head answers) or `zero_shot` (the fit kept the engine's readout)."""
+    """`fitted` (a head answers) or `zero_shot` (the fit kept the engine's readout)."""
     head: str = "multinomial"
-    """Which head was fitted, or would have been: `multinomial` (one class per answer) or `ordinal` (a
-    score field's level regressed on the features, read as a normal distribution over the levels)."""
+    """Which head answers, or would have: `multinomial` (one class per answer, on the hidden states),
+    `ordinal` (a score field's level regressed on them, read as a normal distribution over the levels),
+    `ngram` (one class per answer, on the input's words) or `fused` (the log-probabilities of the
+    multinomial head, the n-gram head and the zero-shot readout, weighted by `fusion`)."""
+    fusion: tuple[float, float, float] | None = None
+    """A fused head's weights of the hidden-state head's, the n-gram head's and the zero-shot readout's
+    log-probabilities (fitted on the rows' out-of-fold log-probabilities by log-loss)."""
+    why: str = ""
+    """Why the head that answers was kept over the other candidates."""
     layers: tuple[int, ...] = DEFAULT_LAYERS
     zero_shot_features: bool = True
     rows: int = 0
@@ -106,14 +122,23 @@ class FieldHeadInfo(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_unused_additions(self, write: Any) -> Any:
-        return _without_defaults(write(self), self, ("head", "penalties", "spread"))
+        return _without_defaults(write(self), self, ("head", "penalties", "spread", "fusion", "why"))
 
     @property
     def chosen(self) -> str:
-        """The candidate that answers: `zero_shot`, `fitted` (multinomial) or `ordinal`."""
+        """The candidate that answers: `zero_shot`, `fitted` (multinomial), `ordinal`, `ngram` or `fused`."""
         if self.readout != "fitted":
             return self.readout
-        return "ordinal" if self.head == "ordinal" else "fitted"
+        return "fitted" if self.head == "multinomial" else self.head
+
+    @property
+    def reads_hidden(self) -> bool:
+        """Whether the answering head reads the pass's hidden states (not so for an n-gram head alone)."""
+        return self.readout == "fitted" and self.head != "ngram"
+
+    @property
+    def reads_words(self) -> bool:
+        return self.readout == "fitted" and self.head in ("ngram", "fused")
 
     @field_validator("regularisation", mode="before")
     @classmethod
@@ -158,12 +183,62 @@ class FieldHead:
     def feature_size(self) -> int:
         return int(self.weight.shape[1])
 
+    def logits(self, features: torch.Tensor, zero_shot: torch.Tensor | None) -> torch.Tensor:
+        """[answers]: the head's scores over every answer of the field."""
+        x = features if zero_shot is None else torch.cat([features, zero_shot])
+        return self.weight @ ((x - self.mean) / self.scale) + self.bias
+
     def probabilities(self, features: torch.Tensor, zero_shot: torch.Tensor | None, offered: Sequence[int]) -> tuple[float, ...]:
         """The head's distribution over the `offered` answers (indexes into the field's labels)."""
-        x = features if zero_shot is None else torch.cat([features, zero_shot])
-        logits = self.weight @ ((x - self.mean) / self.scale) + self.bias
-        chosen = logits[list(offered)].double()
+        chosen = self.logits(features, zero_shot)[list(offered)].double()
         return tuple(torch.softmax(chosen, dim=0).tolist())
+
+
+class NgramHead:
+    """One field's logistic regression over the input's words (`lexical.Lexicon` vectors)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor):
+        self.weight, self.bias = weight, bias
+        """[answers, terms] and [answers], the temperature included."""
+
+    def logits(self, words: torch.Tensor) -> torch.Tensor:
+        return self.weight @ words + self.bias
+
+
+class FieldReadout:
+    """How a fitted field is answered from what a request gives it: the hidden states at its answer
+    position, the engine's zero-shot distribution, the input's words."""
+
+    def __init__(self, info: FieldHeadInfo, hidden: FieldHead | None, ngram: NgramHead | None):
+        self.info, self.hidden, self.ngram = info, hidden, ngram
+
+    @property
+    def method(self) -> str:
+        return READOUT_METHODS.get(self.info.head, "fitted")
+
+    def probabilities(self, features: torch.Tensor | None, zero_shot: Sequence[float], offered: Sequence[int],
+                      words: torch.Tensor | None) -> tuple[float, ...]:
+        """The distribution over the `offered` answers (indexes into the field's labels); `zero_shot` is the
+        engine's readout over them, `features` the hidden states the head reads, `words` the input's vector."""
+        info, chosen = self.info, list(offered)
+        if info.head == "ngram":
+            assert self.ngram is not None and words is not None
+            return _softmax(self.ngram.logits(words)[chosen])
+        assert self.hidden is not None and features is not None
+        zero_shot_logs = zero_shot_features(zero_shot, offered, len(info.labels))
+        hidden = self.hidden.logits(features, zero_shot_logs if info.zero_shot_features else None)[chosen]
+        if info.head != "fused":
+            return _softmax(hidden)
+        assert self.ngram is not None and words is not None and info.fusion is not None
+        w_hidden, w_words, w_zero_shot = info.fusion
+        combined = (w_hidden * torch.log_softmax(hidden.double(), 0)
+                    + w_words * torch.log_softmax(self.ngram.logits(words)[chosen].double(), 0)
+                    + w_zero_shot * zero_shot_logs[chosen].double())
+        return _softmax(combined)
+
+
+def _softmax(scores: torch.Tensor) -> tuple[float, ...]:
+    return tuple(torch.softmax(scores.double(), dim=0).tolist())
 
 
 def zero_shot_features(probabilities: Sequence[float], offered: Sequence[int], label_count: int) -> torch.Tensor:
@@ -186,9 +261,15 @@ class Heads:
     """A rubric's fitted heads and their metadata; `for_field` gives the heads that answer."""
 
     def __init__(self, metadata: HeadsMetadata, heads: dict[str, FieldHead], path: Path | None = None,
-                 fitted_on: torch.Tensor | None = None):
+                 fitted_on: torch.Tensor | None = None, *, ngram: dict[str, NgramHead] | None = None,
+                 lexicon: Lexicon | None = None):
         self.metadata = metadata
         self.heads = heads
+        """Per field, its hidden-state head (a multinomial or ordinal head, or a fused head's hidden part)."""
+        self.ngram = dict(ngram or {})
+        """Per field, its n-gram head (an n-gram head alone, or a fused head's word part)."""
+        self.lexicon = lexicon
+        """The words every n-gram head reads (None when no field has one)."""
         self.path = path
         self.fitted_on = fitted_on
         """The sorted `input_hashes` of the rows the heads were fitted on (None: not recorded, as in files
@@ -203,15 +284,25 @@ class Heads:
 
     @property
     def fitted_fields(self) -> list[str]:
-        return [name for name, info in self.metadata.fields.items() if info.readout == "fitted" and name in self.heads]
+        return [name for name in self.metadata.fields if self.for_field(name) is not None]
 
     @property
     def layers(self) -> tuple[int, ...]:
         """Every hidden layer some fitted head reads (the pass captures these)."""
         found: list[int] = []
         for name in self.fitted_fields:
-            found += [layer for layer in self.metadata.fields[name].layers if layer not in found]
+            info = self.metadata.fields[name]
+            if info.reads_hidden:
+                found += [layer for layer in info.layers if layer not in found]
         return tuple(found)
+
+    def words(self, payload: Any) -> torch.Tensor | None:
+        """The input's word vector for the n-gram heads (None when no fitted field reads words)."""
+        if self.lexicon is None or not any(self.metadata.fields[name].reads_words for name in self.fitted_fields):
+            return None
+        from .lexical import lexical_text
+
+        return self.lexicon.vector(lexical_text(payload))
 
     def fitted_on_rows(self, payloads: Sequence[Any]) -> list[int]:
         """The positions of the `payloads` the heads were fitted on (empty when that was not recorded)."""
@@ -225,12 +316,15 @@ class Heads:
         """Per fitted field, the readout correction its head was fitted under."""
         return {name: self.metadata.fields[name].debias for name in self.fitted_fields if self.metadata.fields[name].debias}
 
-    def for_field(self, name: str) -> tuple[FieldHead, FieldHeadInfo] | None:
-        head = self.heads.get(name)
+    def for_field(self, name: str) -> FieldReadout | None:
+        """How `name` is answered when a head answers it (None: the zero-shot readout answers)."""
         info = self.metadata.fields.get(name)
-        if head is None or info is None or info.readout != "fitted":
+        if info is None or info.readout != "fitted":
             return None
-        return head, info
+        hidden, ngram = self.heads.get(name), self.ngram.get(name)
+        if (info.reads_hidden and hidden is None) or (info.reads_words and (ngram is None or self.lexicon is None)):
+            return None
+        return FieldReadout(info, hidden, ngram)
 
     # -- files --------------------------------------------------------------------------------
 
@@ -266,13 +360,19 @@ class Heads:
         for name, head in self.heads.items():
             for part in ("weight", "bias", "mean", "scale"):
                 tensors[f"{name}.{part}"] = getattr(head, part).detach().float().contiguous().cpu()
+        for name, head in self.ngram.items():
+            tensors[f"{name}.ngram.weight"] = head.weight.detach().float().contiguous().cpu()
+            tensors[f"{name}.ngram.bias"] = head.bias.detach().float().contiguous().cpu()
+        header = {METADATA_KEY: self.metadata.model_dump_json()}
+        if self.lexicon is not None:
+            tensors[LEXICON_IDF] = self.lexicon.idf.detach().float().contiguous().cpu()
+            header[LEXICON_KEY] = self.lexicon.to_json()
         if self.fitted_on is not None:
             tensors[FITTED_ON_KEY] = self.fitted_on.contiguous().cpu()
-        text = self.metadata.model_dump_json()
         handle, temporary = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
         os.close(handle)
         try:
-            save_file(tensors, temporary, metadata={METADATA_KEY: text})
+            save_file(tensors, temporary, metadata=header)
             os.replace(temporary, path)
         finally:
             if os.path.exists(temporary):
@@ -293,6 +393,7 @@ class Heads:
         try:
             with safe_open(str(path), framework="pt") as handle:
                 header = (handle.metadata() or {}).get(METADATA_KEY)
+                terms = (handle.metadata() or {}).get(LEXICON_KEY)
                 if header is None:
                     raise HeadsError(f"{path}: not a heads file (no {METADATA_KEY} metadata); fit one with `decisionflow fit`")
                 tensors = {key: handle.get_tensor(key) for key in handle.keys()}
@@ -307,12 +408,24 @@ class Heads:
             first = error.errors(include_url=False)[0]
             where = ".".join(map(str, first["loc"])) or "metadata"
             raise HeadsError(f"{path}: not a heads file ({where}: {first['msg']})") from None
-        if metadata.format != FORMAT:
-            raise HeadsError(f"{path}: heads format {metadata.format}, this decisionflow reads format {FORMAT}; fit again")
-        heads = {}
+        if metadata.format not in READ_FORMATS:
+            raise HeadsError(f"{path}: heads format {metadata.format}, this decisionflow reads formats "
+                             f"{', '.join(map(str, READ_FORMATS))}; fit again")
+        lexicon = _lexicon(path, terms, tensors.get(LEXICON_IDF))
+        heads, ngram = {}, {}
         for name, info in metadata.fields.items():
             if info.readout != "fitted":
                 continue
+            if info.head not in HEAD_KINDS:
+                raise HeadsError(f"{path}: field {name!r}: unknown head {info.head!r} (this decisionflow reads "
+                                 f"{', '.join(HEAD_KINDS)}); fit again")
+            if info.reads_words:
+                ngram[name] = _ngram_head(path, name, info, tensors, lexicon)
+            if not info.reads_hidden:
+                continue
+            if info.head == "fused" and (info.fusion is None or len(info.fusion) != 3
+                                         or not all(math.isfinite(w) for w in info.fusion)):
+                raise HeadsError(f"{path}: field {name!r}: a fused head without its three finite weights; fit again")
             try:
                 parts = [tensors[f"{name}.{part}"].float() for part in ("weight", "bias", "mean", "scale")]
             except KeyError as missing:
@@ -327,7 +440,7 @@ class Heads:
         fitted_on = tensors.get(FITTED_ON_KEY)
         if fitted_on is not None and (fitted_on.dtype != torch.int64 or fitted_on.ndim != 1):
             fitted_on = None  # a damaged record of the fitting rows only loses the overlap warning
-        return cls(metadata, heads, path, fitted_on)
+        return cls(metadata, heads, path, fitted_on, ngram=ngram, lexicon=lexicon)
 
     # -- checks -------------------------------------------------------------------------------
 
@@ -351,6 +464,8 @@ class Heads:
                              "options changed); fit again")
         if hidden_size is not None:
             for name in self.fitted_fields:
+                if not meta.fields[name].reads_hidden:
+                    continue
                 head, info = self.heads[name], meta.fields[name]
                 expected = hidden_size * len(info.layers) + (len(info.labels) if info.zero_shot_features else 0)
                 if head.feature_size != expected:
@@ -380,6 +495,37 @@ class Heads:
         if meta.rubric_fingerprint != rubric_fingerprint(rubric):
             raise HeadsError(f"{where}the heads were fitted for another version of rubric {rubric.name!r} "
                              "(its questions, wording or settings changed); fit again")
+
+
+LEXICON_IDF = "lexicon.idf"
+
+
+def _lexicon(path: Path, terms: str | None, idf: torch.Tensor | None) -> Lexicon | None:
+    if terms is None and idf is None:
+        return None
+    try:
+        lexicon = Lexicon.from_json(terms or "", idf) if idf is not None else None
+    except (ValueError, TypeError):
+        lexicon = None
+    if lexicon is None or idf.ndim != 1 or len(lexicon) != idf.shape[0] or not bool(torch.isfinite(idf).all()):
+        raise HeadsError(f"{path}: the n-gram heads' lexicon is damaged (its terms and weights do not match); fit again")
+    return lexicon
+
+
+def _ngram_head(path: Path, name: str, info: FieldHeadInfo, tensors: dict[str, torch.Tensor],
+                lexicon: Lexicon | None) -> NgramHead:
+    try:
+        weight, bias = (tensors[f"{name}.ngram.{part}"].float() for part in ("weight", "bias"))
+    except KeyError as missing:
+        raise HeadsError(f"{path}: field {name!r} reads the input's words but its tensor {missing} is missing") from None
+    if lexicon is None:
+        raise HeadsError(f"{path}: field {name!r} reads the input's words but the file holds no lexicon; fit again")
+    if weight.shape != (len(info.labels), len(lexicon)) or bias.shape != (len(info.labels),):
+        raise HeadsError(f"{path}: field {name!r}: the n-gram head's tensors do not fit its {len(info.labels)} answers "
+                         f"and the lexicon's {len(lexicon)} terms")
+    if not (torch.isfinite(weight).all() and torch.isfinite(bias).all()):
+        raise HeadsError(f"{path}: field {name!r}: the n-gram head holds values that are not finite; fit again")
+    return NgramHead(weight, bias)
 
 
 def input_hashes(payloads: Sequence[Any]) -> torch.Tensor:
@@ -422,4 +568,5 @@ def readable_copy(path: Path) -> Path:
 def describe(info: FieldHeadInfo) -> dict[str, Any]:
     """A field's fit in one JSON-able dict (what `/v1/rubrics` and `fit --json` show)."""
     return {"readout": info.readout, "head": info.head if info.readout == "fitted" else None, "rows": info.rows,
-            "candidates": {k: v.model_dump() for k, v in info.candidates.items()}}
+            "candidates": {k: v.model_dump() for k, v in info.candidates.items()},
+            **({"fusion": list(info.fusion)} if info.fusion else {}), **({"why": info.why} if info.why else {})}

@@ -41,7 +41,7 @@ def decision_table(decision: Any) -> Group:
         answer = "abstained" if field.abstained else _label(field.value)
         if field.expected_value is not None:
             answer += f" (mean {field.expected_value:.1f})"
-        if field.method == "fitted":
+        if field.fitted:
             answer += " (fitted head)"
         runner = f"{others[0][0]} {others[0][1]:.2f}" if others else ""
         if field.candidate_mass is None:
@@ -51,8 +51,8 @@ def decision_table(decision: Any) -> Group:
         table.add_row(Text(name), Text(answer), f"{p_shown:.2f}", mass, Text(runner), str(field.round))
     s = decision.stats
     corrections = sorted({f.debias for f in decision.fields.values()
-                          if f.asked and f.method not in ("derived", "fitted") and f.debias != "none"})
-    fitted = [name for name, f in decision.fields.items() if f.method == "fitted"]
+                          if f.asked and f.method != "derived" and not f.fitted and f.debias != "none"})
+    fitted = [name for name, f in decision.fields.items() if f.fitted]
     footer = Text(
         f"{s.forward_passes} forward pass{'' if s.forward_passes == 1 else 'es'}, {s.tokens_prefilled} tokens prefilled "
         f"(input {s.input_tokens}; head {s.head_tokens} tokens, from {s.head_source}), "

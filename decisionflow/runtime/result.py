@@ -11,6 +11,8 @@ from typing import Any, Generic, TypeVar
 from ..spec.rubric import FieldKind, Value
 
 T = TypeVar("T")
+FITTED_METHODS = frozenset({"fitted", "ngram", "fused"})
+"""The `method`s of a field a fitted head answered: on the hidden states, on the input's words, or both fused."""
 
 
 @dataclass(frozen=True)
@@ -25,8 +27,9 @@ class FieldResult:
     """Unrenormalised probability that the model's next token starts an allowed answer."""
     round: int | None
     method: str
-    """`first_token`, `branch`, `exact`, `marginalized`, `derived`, `fitted` (a fitted head answered),
-    or `not_asked`."""
+    """`first_token`, `branch`, `exact`, `marginalized`, `derived`, `fitted` (a fitted head on the pass's
+    hidden states answered), `ngram` (a head on the input's words), `fused` (both, with the zero-shot
+    readout), or `not_asked`."""
     asked: bool = True
     abstained: bool = False
     """The answer fell below the calibration's minimum mass or probability: `value` is None."""
@@ -49,6 +52,11 @@ class FieldResult:
     zero_shot_probabilities: dict[str, float] | None = None
     """A field a fitted head answered (`method` `fitted`): the engine's zero-shot readout (after its
     correction, before the head and the calibration), read in the same pass. Not part of `to_dict`."""
+
+    @property
+    def fitted(self) -> bool:
+        """Whether a fitted head answered (on the hidden states, the words, or both fused)."""
+        return self.method in FITTED_METHODS
 
     @property
     def probability(self) -> float | None:

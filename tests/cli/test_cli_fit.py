@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from decisionflow.cli import app
 from decisionflow.fitting import fit_heads
 from decisionflow.runtime.heads import Heads
+from decisionflow.runtime.result import FITTED_METHODS
 from decisionflow.spec.yaml_rubric import load_rubric
 
 pytestmark = pytest.mark.model
@@ -124,7 +125,7 @@ def test_fit_json_reports_every_readout_it_compared(tmp_path: Path):
     assert set(report["fields"]) == {"sentiment", "code"}
     code = report["fields"]["code"]
     assert code["readout"] == "fitted" and code["rows"] == 24 and code["rows_per_label"] == {"k1": 12, "k2": 12}
-    assert set(code["candidates"]) == {"zero_shot", "fitted"}
+    assert set(code["candidates"]) == {"zero_shot", "fitted", "ngram", "fused"}
     for figure in code["candidates"].values():
         assert figure["low"] <= figure["accuracy"] <= figure["high"] and figure["rows"] == 24
     assert code["candidates"]["fitted"]["accuracy"] > code["candidates"]["zero_shot"]["accuracy"]
@@ -221,21 +222,21 @@ def test_run_applies_the_heads_beside_the_rubric_and_says_so(fitted_project):
     assert headed.exit_code == 0, headed.output
     assert f"heads: {saved} (fitted: {', '.join(fitted)})" in headed.stderr
     data = json.loads(headed.stdout)
-    assert data["fields"]["code"]["method"] == "fitted"
+    assert data["fields"]["code"]["method"] in FITTED_METHODS
     for name, field in data["fields"].items():
-        assert (field["method"] == "fitted") == (name in fitted)
+        assert (field["method"] in FITTED_METHODS) == (name in fitted)
         assert sum(field["probabilities"].values()) == pytest.approx(1.0)
 
     plain = invoke("run", rubric, "--text", TEXT, "--json", "--no-heads")
     assert plain.exit_code == 0, plain.output
     assert "heads:" not in plain.stderr
     zero_shot = json.loads(plain.stdout)
-    assert all(field["method"] != "fitted" for field in zero_shot["fields"].values())
+    assert all(field["method"] not in FITTED_METHODS for field in zero_shot["fields"].values())
     assert zero_shot["stats"]["forward_passes"] == data["stats"]["forward_passes"]
     assert zero_shot["fields"]["code"]["probabilities"] != pytest.approx(data["fields"]["code"]["probabilities"], abs=1e-3)
 
     explicit = invoke("run", rubric, "--text", TEXT, "--json", "--heads", saved)
-    assert explicit.exit_code == 0 and json.loads(explicit.stdout)["fields"]["code"]["method"] == "fitted"
+    assert explicit.exit_code == 0 and json.loads(explicit.stdout)["fields"]["code"]["method"] in FITTED_METHODS
     both = invoke("run", rubric, "--text", TEXT, "--heads", saved, "--no-heads")
     assert both.exit_code == 1 and error_lines(both) == ["error: give --heads or --no-heads, not both"]
 
@@ -288,7 +289,7 @@ def test_a_calibration_applies_only_to_the_readout_it_was_fitted_on(fitted_proje
     calibrated(after_head=True)
     headed = invoke("run", here, "--text", TEXT, "--json")
     assert headed.exit_code == 0, headed.output
-    assert json.loads(headed.stdout)["fields"]["code"]["method"] == "fitted"
+    assert json.loads(headed.stdout)["fields"]["code"]["method"] in FITTED_METHODS
     zero_shot = invoke("run", here, "--text", TEXT, "--no-heads")
     assert zero_shot.exit_code == 1
     assert only_lines(zero_shot) == [
@@ -297,7 +298,7 @@ def test_a_calibration_applies_only_to_the_readout_it_was_fitted_on(fitted_proje
         "applies, or apply the heads it was fitted with, or leave the calibration out (--no-calibration)"]
     both_off = invoke("run", here, "--text", TEXT, "--no-heads", "--no-calibration", "--json")
     assert both_off.exit_code == 0, both_off.output
-    assert json.loads(both_off.stdout)["fields"]["code"]["method"] != "fitted"
+    assert json.loads(both_off.stdout)["fields"]["code"]["method"] not in FITTED_METHODS
     assert "calibration:" not in both_off.stderr
     clash = invoke("run", here, "--text", TEXT, "--no-calibration", "--calibration", calibration_file)
     assert clash.exit_code == 1 and only_lines(clash) == ["error: give --calibration or --no-calibration, not both"]

@@ -82,7 +82,8 @@ def review_rows() -> list[tuple[str, dict[str, str]]]:
 
 @pytest.fixture(scope="module")
 def fitted(engine: Engine) -> FitResult:
-    return fit_heads(engine, REVIEW, review_rows())
+    """Heads on the hidden states alone: what these tests check (the word heads: test_word_heads.py)."""
+    return fit_heads(engine, REVIEW, review_rows(), words=False)
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +203,7 @@ def test_decide_and_decide_each_apply_heads_like_decide_many(engine: Engine, fit
 def test_a_head_on_one_lower_layer_without_zero_shot_features_and_an_unreadable_row(engine: Engine):
     rows = [(row["text"], {"code": CODE[row["label"]]}) for row in SST[:20]] + [("   ", {"code": "k1"})]
     # significance=1: on 20 rows a head's gain is not significant, and this test is about the mechanics.
-    result = fit_heads(engine, REVIEW, rows, layers=(-2,), zero_shot_features=False, significance=1.0)
+    result = fit_heads(engine, REVIEW, rows, layers=(-2,), zero_shot_features=False, significance=1.0, words=False)
     info = result.fields["code"]
     # The empty row cannot be read: it is left out, and said so, instead of failing the fit.
     assert list(result.failed) == [20] and "empty" in result.failed[20]
@@ -412,7 +413,7 @@ def test_heads_files_that_are_not_heads_or_hold_bad_values_are_refused(fitted: F
     with pytest.raises(HeadsError, match="do not fit its 2 answers"):
         Heads.load(Heads(fitted.heads.metadata, {**fitted.heads.heads, "code": wrong}).save(tmp_path / "wrong.heads.safetensors"))
     future = Heads(fitted.heads.metadata.model_copy(update={"format": 99}), fitted.heads.heads)
-    with pytest.raises(HeadsError, match="heads format 99, this decisionflow reads format 1"):
+    with pytest.raises(HeadsError, match="heads format 99, this decisionflow reads formats 1, 2"):
         Heads.load(future.save(tmp_path / "future.heads.safetensors"))
 
 
@@ -637,8 +638,8 @@ def test_a_score_field_whose_kept_head_is_right_on_every_held_out_row_is_warned_
         data.zero_shot.append(torch.log_softmax(torch.zeros(5), 0))
         data.gold.append(level)
         data.zero_shot_answer.append(0)
-    info, head, warning = fit_field(rubric, "level", data, layers=(-1,), zero_shot_features=True, min_rows_per_label=2,
+    info, fitted, warning = fit_field(rubric, "level", data, layers=(-1,), zero_shot_features=True, min_rows_per_label=2,
                                     regularisation=(0.001, 0.01, 0.1), folds=5, seed=0)
     kept = "fitted" if info.head == "multinomial" else "ordinal"
-    assert head is not None and info.candidates[kept].accuracy == 1.0
+    assert fitted.hidden is not None and info.candidates[kept].accuracy == 1.0
     assert warning.startswith("warning: field 'level': every cross-validated answer of its head was right")
