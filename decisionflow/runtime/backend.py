@@ -437,7 +437,8 @@ class TransformersBackend:
             start = stop
         return PassLayout(positions, blocks)
 
-    def keep_tokens(self, contexts: list[RequestContext], new_kv: KV, kept: torch.Tensor, counts: list[int]) -> None:
+    @staticmethod
+    def keep_tokens(contexts: list[RequestContext], new_kv: KV, kept: torch.Tensor, counts: list[int]) -> None:
         """Append each request's kept tokens (its input, written answers) to its context. `kept`: the
         kept tokens' indexes on the device, grouped by request; `counts`: how many each request keeps."""
         if not len(kept):

@@ -104,6 +104,9 @@ class _ForwardBase:
                 f"decisionflow reads such a model exactly only while every sequence fits its window (shorten the "
                 "input or the rubric, or use a model whose layers all see the whole context)")
 
+    def run_pass(self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int]) -> torch.Tensor:
+        return self.run_pass_with_features(head, contexts, packed, read_positions).logprobs  # type: ignore[attr-defined]
+
     @torch.inference_mode()
     def forward_plain(self, tokens: list[int]) -> torch.Tensor:
         """The model's own forward over `tokens`, last position's log-probs."""
@@ -138,9 +141,6 @@ class ModelForwardBackend(_ForwardBase):
         self.model(input_ids=torch.tensor([tokens], device=self.device), **{self._cache_keyword: cache}, use_cache=True,
                    **({"logits_to_keep": 1} if self._keeps_logits else {}))
         return HeadCache(kv=_cache_kv(cache, self.layer_count), length=len(tokens), tokens=tuple(tokens))
-
-    def run_pass(self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int]) -> torch.Tensor:
-        return self.run_pass_with_features(head, contexts, packed, read_positions).logprobs
 
     @torch.inference_mode()
     def run_pass_with_features(
@@ -206,9 +206,6 @@ class PlainForwardBackend(_ForwardBase):
     def prefill_head(self, tokens: list[int]) -> HeadCache:
         return HeadCache(kv=[], length=len(tokens), tokens=tuple(tokens))
 
-    def run_pass(self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int]) -> torch.Tensor:
-        return self.run_pass_with_features(head, contexts, packed, read_positions).logprobs
-
     @torch.inference_mode()
     def run_pass_with_features(
         self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int],
@@ -255,13 +252,10 @@ def _cache_kv(cache: Any, layers: int) -> KV:
 
 def _keep(contexts: list[RequestContext], new_kv: KV, kept: torch.Tensor, counts: list[int], packed: PackedPass,
           kept_indexes: list[int]) -> None:
-    """Each request's kept tokens join its context: their keys and values, and their ids."""
-    if not kept_indexes:
-        return
-    selected = [(k.index_select(-2, kept), v.index_select(-2, kept)) for k, v in new_kv]
+    """Each request's kept tokens join its context: their keys and values (as the decoder path keeps them),
+    and their ids."""
+    TransformersBackend.keep_tokens(contexts, new_kv, kept, counts)
     start = 0
     for context, count in zip(contexts, counts):
-        if count:
-            context.extend([(k[:, :, start : start + count], v[:, :, start : start + count]) for k, v in selected])
-            context.tokens.extend(packed.tokens[i] for i in kept_indexes[start : start + count])
+        context.tokens.extend(packed.tokens[i] for i in kept_indexes[start : start + count])
         start += count

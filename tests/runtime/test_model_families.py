@@ -144,7 +144,8 @@ def test_every_command_runs_a_family(family_folders, project, family, dtype, tmp
     assert decision["stats"]["path"] == "model-forward" and decision["stats"]["forward_passes"] >= 2
     assert set(decision["value"]) == {"topic", "code", "urgent"}
 
-    fitted = invoke("fit", rubric, "--data", rows, "--label", "code=code", "--significance", "1", *common)
+    # Hidden-state heads only: what this family's own forward feeds a head is what is under test.
+    fitted = invoke("fit", rubric, "--data", rows, "--label", "code=code", "--significance", "1", "--no-words", *common)
     assert fitted.exit_code == 0, fitted.output
     heads = Heads.load(Heads.path_for(rubric))
     assert heads.fitted_fields == ["code"]
