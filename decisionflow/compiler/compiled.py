@@ -15,6 +15,9 @@ from .prompt import Catalog, PromptParts, render_prompt, render_turns, value_lit
 from .tokens import TokenizerView
 from .trie import CompiledField, ReadMode, compile_field
 
+CUT_MARK = "\n[cut]"
+"""Ends an input the rubric's `max_input_tokens` cut, so the model reads that the text goes on."""
+
 
 @dataclass(frozen=True)
 class CompiledRubric:
@@ -47,7 +50,13 @@ class CompiledRubric:
         for a rubric that reads turns, the conversation (a text: one user turn) as the template's own turns."""
         if self.rubric.input_turns:
             return render_turns(self.view.tokenizer, self.parts, conversation_turns(payload))
-        return render_input(payload)
+        text = render_input(payload)
+        budget = self.rubric.max_input_tokens
+        if budget is not None:
+            cut = self.view.cut(text, budget)
+            if cut is not None:
+                text = cut[0] + CUT_MARK
+        return text
 
     def request_tokens(self, payload: Any) -> list[int]:
         """Tokens after the head for one request: its text (`request_text`) and the tail that opens the JSON object."""

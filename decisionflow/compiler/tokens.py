@@ -19,6 +19,26 @@ class TokenizerView:
     def decode(self, ids: Iterable[int]) -> str:
         return self.tokenizer.decode(list(ids), clean_up_tokenization_spaces=False)
 
+    def cut(self, text: str, budget: int) -> tuple[str, int] | None:
+        """`text` cut to its first `budget` tokens and how many it held, or None when it holds no more. The
+        cut falls at the end of the last kept token's characters (the tokenizer's offsets), or, for a
+        tokenizer that gives none, at the decoded text of the kept tokens."""
+        try:
+            encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            offsets = encoded["offset_mapping"]
+        except (NotImplementedError, ValueError, KeyError, TypeError):
+            offsets = None
+            ids = self.encode(text)
+        else:
+            ids = encoded["input_ids"]
+        if len(ids) <= budget:
+            return None
+        if offsets is not None and len(offsets) == len(ids):
+            kept = text[: offsets[budget - 1][1]]
+        else:
+            kept = self.decode(ids[:budget]).rstrip("\ufffd")  # a byte-level token split inside a character
+        return kept.rstrip(), len(ids)
+
     def suffix_after(self, anchor_ids: list[int], anchor: str, text: str) -> list[int] | None:
         """Tokens of `text` when it follows `anchor`, or None if the tokenizer merges across the seam."""
         ids = self.encode(anchor + text)

@@ -294,6 +294,7 @@ def fit_examples(
     compiled, _ = engine.compile(rubric)
     metadata = HeadsMetadata(
         rubric=rubric.name, rubric_fingerprint=rubric_fingerprint(rubric), model=engine.model_fingerprint,
+        weights=engine.weights_fingerprint,
         model_name=getattr(engine.loaded, "name", "") or "", prompt=prompt_fingerprint(compiled.head_tokens),
         dtype=str(engine.backend.dtype).removeprefix("torch."), library=library_version(), fields=infos,
     )

@@ -30,7 +30,7 @@ from .backend import DECODER_PATH, TransformersBackend
 from .calibration import Calibration
 from .debias import Debias
 from .executor import RequestState, check_fits, execute
-from .head_store import DEFAULT_MAX_BYTES, HeadStore, model_fingerprint
+from .head_store import DEFAULT_MAX_BYTES, HeadStore, model_fingerprint, weights_fingerprint
 from .heads import Heads, prompt_fingerprint
 from .loading import LoadedModel, Status, cache_root, load_model
 from .ops import KERNEL_CHOICES
@@ -78,6 +78,7 @@ class Engine:
         self.backend = backend if backend is not None else backend_for(loaded.model, self.options)
         self.view = TokenizerView(loaded.tokenizer)
         self._fingerprint: str | None = None
+        self._weights_fingerprint: str | None = None
         options = self.options
         self.prepared = PreparedRubrics(
             self.backend, self.view, mode=options.mode, catalog=options.catalog, pin_first=options.pin_first,
@@ -240,7 +241,7 @@ class Engine:
         prepared = self.prepared.get(rubric)
         heads.check(rubric, model=self.model_fingerprint, prompt=prompt_fingerprint(prepared.compiled.head_tokens),
                     hidden_size=int(self.backend.config.hidden_size), model_name=getattr(self.loaded, "name", "") or "",
-                    dtype=str(self.backend.dtype).removeprefix("torch."))
+                    dtype=str(self.backend.dtype).removeprefix("torch."), weights=self.weights_fingerprint)
         heads.checked_for.add(checked)
 
     @property
@@ -257,6 +258,14 @@ class Engine:
         if self._fingerprint is None:
             self._fingerprint = model_fingerprint(self.loaded.model)
         return self._fingerprint
+
+    @property
+    def weights_fingerprint(self) -> str:
+        """The loaded weights' fingerprint whatever number format they are in: equal for the same checkpoint
+        loaded in float32 and in bfloat16 (heads fitted in one apply in the other)."""
+        if self._weights_fingerprint is None:
+            self._weights_fingerprint = weights_fingerprint(self.loaded.model)
+        return self._weights_fingerprint
 
     # -- phases -------------------------------------------------------------------------------
 

@@ -74,11 +74,15 @@ def architecture(config: Any) -> dict[str, Any]:
     return found
 
 
-def model_fingerprint(model: Any) -> str:
+def model_fingerprint(model: Any, *, as_bfloat16: bool = False) -> str:
     """A cheap content fingerprint of a model: its configuration and a sample of its weights.
 
     Hashing every weight would cost seconds; a strided sample of the embedding and every norm's
     weight tells checkpoints apart just as surely for this purpose, in milliseconds.
+
+    `as_bfloat16`: the sample rounded to bfloat16 first, so the same checkpoint loaded in float32 and in
+    bfloat16 (rounded to nearest, as loading does) fingerprints alike: what says two engines hold the same
+    weights in two number formats (`weights_fingerprint`).
     """
     digest = hashlib.sha256()
     digest.update(json.dumps(architecture(getattr(model, "config", None)), sort_keys=True, default=str).encode())
@@ -89,10 +93,16 @@ def model_fingerprint(model: Any) -> str:
         # a freshly initialised model's norms are all ones, its embedding is not.
         if tensor.ndim == 1 or name.endswith("embed_tokens.weight") or tensor is embedding_weight:
             flat = tensor.detach().reshape(-1)
-            sample = flat[:: max(1, flat.numel() // 4096)].float().cpu()
+            sample = flat[:: max(1, flat.numel() // 4096)]
+            sample = (sample.to(torch.bfloat16) if as_bfloat16 else sample).float().cpu()
             digest.update(name.encode())
             digest.update(sample.numpy().tobytes())
     return digest.hexdigest()
+
+
+def weights_fingerprint(model: Any) -> str:
+    """The model's fingerprint whatever number format it was loaded in (see `model_fingerprint`)."""
+    return model_fingerprint(model, as_bfloat16=True)
 
 
 class HeadStore:

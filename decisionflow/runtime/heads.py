@@ -157,6 +157,11 @@ def _without_defaults(data: Any, model: BaseModel, keys: Sequence[str]) -> Any:
     return data
 
 
+INTERCHANGEABLE_DTYPES = frozenset({"float32", "bfloat16"})
+"""Number formats whose hidden states are close enough that heads fitted in one answer as well in the other
+(paired tests on every development set: docs/fitting.md, "One heads file, either number format")."""
+
+
 class HeadsMetadata(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -169,6 +174,10 @@ class HeadsMetadata(BaseModel):
     prompt: str
     """A digest of the rubric's head tokens: the prompt (template, catalog) the features were read under."""
     dtype: str = ""
+    weights: str = ""
+    """The fitted model's fingerprint whatever its number format (`head_store.weights_fingerprint`): heads
+    fitted in one of `INTERCHANGEABLE_DTYPES` apply in the other to the same weights. Files written before
+    it was recorded apply in their own format only."""
     library: str = ""
     fields: dict[str, FieldHeadInfo] = Field(default_factory=dict)
 
@@ -446,15 +455,19 @@ class Heads:
 
     def check(
         self, rubric: Rubric, *, model: str, prompt: str, hidden_size: int | None = None, model_name: str = "", dtype: str = "",
+        weights: str = "",
     ) -> None:
-        """Refuse heads fitted for another model, rubric, prompt or option set, naming the mismatch."""
+        """Refuse heads fitted for another model, rubric, prompt or option set, naming the mismatch. Heads
+        fitted on the same weights in another of `INTERCHANGEABLE_DTYPES` apply (measured in docs/fitting.md)."""
         self.check_rubric(rubric)
         where = f"{self.path}: " if self.path is not None else ""
         meta = self.metadata
-        if meta.dtype and dtype and meta.dtype != dtype:
+        other_format = bool(meta.dtype and dtype and meta.dtype != dtype)
+        same_weights = bool(meta.weights) and meta.weights == weights
+        if other_format and not (same_weights and {meta.dtype, dtype} <= INTERCHANGEABLE_DTYPES):
             raise HeadsError(f"{where}the heads were fitted with the model in {meta.dtype}; it is loaded here in {dtype}, "
                              f"whose weights and hidden states differ: load it with --dtype {meta.dtype}, or fit again")
-        if meta.model != model:
+        if meta.model != model and not (other_format and same_weights):
             fitted_on = f"{meta.model_name} ({meta.model[:12]})" if meta.model_name else meta.model[:12]
             this = f"{model_name} ({model[:12]})" if model_name else model[:12]
             raise HeadsError(f"{where}the heads were fitted on another model, {fitted_on}, not on the model loaded, "

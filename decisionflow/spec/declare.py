@@ -231,6 +231,7 @@ def decision(
     debias: str | None = None,
     catalog: str | None = None,
     examples: typing.Sequence[typing.Any] = (),
+    max_input_tokens: int | None = None,
 ) -> typing.Callable[[ModelT], ModelT]: ...
 def decision(
     cls: ModelT | None = None,
@@ -244,12 +245,14 @@ def decision(
     debias: str | None = None,
     catalog: str | None = None,
     examples: typing.Sequence[typing.Any] = (),
+    max_input_tokens: int | None = None,
 ) -> Any:
     """Mark a pydantic class as a decision; usable as `@decision` or `@decision(...)`.
 
     `name` defaults to the class name in snake_case, `instructions` to the class docstring.
     `examples`: in-context examples written into the prompt before every input, each a pair
     `(text, {field: answer})` or a mapping `{"text": ..., "answers": {...}}`.
+    `max_input_tokens`: the model reads at most this many tokens of each input (a longer one is cut).
     Raises `RubricError` naming the class and field when the declaration is not a valid rubric.
     """
 
@@ -264,6 +267,7 @@ def decision(
             debias=debias,
             catalog=catalog,
             examples=examples,
+            max_input_tokens=max_input_tokens,
         )
         setattr(model, _RUBRIC_ATTR, rubric)
         return model
@@ -365,7 +369,7 @@ def source_of(model: type) -> str:
 
 
 def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, max_fields_per_pass, debias=None, catalog=None,
-                  examples=()) -> Rubric:
+                  examples=(), max_input_tokens=None) -> Rubric:
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise TypeError(f"@decision expects a pydantic BaseModel subclass, got {model!r}")
     source = source_of(model)
@@ -393,6 +397,7 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
         "catalog": catalog,
         "fields": fields,
         "examples": [] if bad_examples or misshapen else [_example_data(example) for example in examples],
+        "max_input_tokens": max_input_tokens,
     }
     if bad_examples:
         problems.append(problem(source, "examples", bad_examples))

@@ -460,6 +460,11 @@ class Rubric(_Frozen):
     """The input is a conversation told in the chat template's own turns after the rubric's system turn
     (as Chat Completions requests send it; a plain text is one user turn), instead of data to judge shown
     in one user turn after `Input:`. Left out of the rubric's dump when False."""
+    max_input_tokens: StrictInt | None = Field(default=None, ge=1, exclude_if=lambda value: value is None)
+    """The model reads at most this many tokens of each input: a longer one is cut at a token boundary
+    and marked `[cut]` (every pass, fitting included, reads the same cut; a head's words still read the
+    whole text). None (the default): an input is read whole, and one longer than the model's context is
+    refused. Left out of the rubric's dump when None."""
 
     @field_validator("instructions")
     @classmethod
@@ -505,6 +510,9 @@ class Rubric(_Frozen):
             problems.append(f"fields.{cycle[0]}: dependency cycle " + " -> ".join(cycle))
         if all(spec.derive is not None for spec in self):
             problems.append("fields: every field is derived; at least one must be asked of the model")
+        if self.max_input_tokens is not None and self.input_turns:
+            problems.append("max_input_tokens: a rubric that reads a conversation's own turns reads them whole; "
+                            "leave max_input_tokens out")
         if problems:
             raise RubricProblems(problems)
         return self

@@ -323,13 +323,17 @@ def test_heads_for_another_model_prompt_or_width_are_refused(engine: Engine, fit
     path = other_model.save(tmp_path / "other.heads.safetensors")
     message = _refusal(engine, Heads.load(path), REVIEW)
     assert message.startswith(f"{path}: the heads were fitted on another model") and "fit again" in message
-    # The same model in another number format has other weights and hidden states: the message says so.
-    other_dtype = Heads(heads.metadata.model_copy(update={"model": "0" * 64, "dtype": "bfloat16"}), heads.heads)
+    # Other weights in another number format: the message names the format, which a user may have meant.
+    other_dtype = Heads(heads.metadata.model_copy(update={"model": "0" * 64, "dtype": "bfloat16", "weights": "1" * 64}),
+                        heads.heads)
     message = _refusal(engine, other_dtype, REVIEW)
     assert "fitted with the model in bfloat16; it is loaded here in float32" in message and "--dtype bfloat16" in message
-    # ...even where the weights hash alike (a checkpoint stored in bfloat16 hashes the same in either format).
-    same_weights = Heads(heads.metadata.model_copy(update={"dtype": "bfloat16"}), heads.heads)
-    assert "fitted with the model in bfloat16; it is loaded here in float32" in _refusal(engine, same_weights, REVIEW)
+    # ...and a file that does not record its weights' format-free fingerprint (written before it was) as well.
+    unrecorded = Heads(heads.metadata.model_copy(update={"dtype": "bfloat16", "weights": ""}), heads.heads)
+    assert "fitted with the model in bfloat16; it is loaded here in float32" in _refusal(engine, unrecorded, REVIEW)
+    # The same weights in float16 are not interchangeable with float32 (not measured): refused.
+    half = Heads(heads.metadata.model_copy(update={"dtype": "float16"}), heads.heads)
+    assert "fitted with the model in float16" in _refusal(engine, half, REVIEW)
     other_prompt = Heads(heads.metadata.model_copy(update={"prompt": "0" * 32}), heads.heads)
     assert "another prompt" in _refusal(engine, other_prompt, REVIEW)
     code = heads.heads["code"]
@@ -339,6 +343,23 @@ def test_heads_for_another_model_prompt_or_width_are_refused(engine: Engine, fit
     assert "field 'code' reads 8 features" in message
     hidden = int(engine.backend.config.hidden_size)
     assert f"gives {hidden * 2 + 2}" in message  # two layers and the two zero-shot log-probabilities
+
+
+def test_heads_fitted_in_float32_answer_the_same_weights_loaded_in_bfloat16(engine: Engine, fitted: FitResult,
+                                                                            texts: list[str]):
+    assert fitted.heads.metadata.dtype == str(engine.backend.dtype).removeprefix("torch.") == "float32"
+    assert fitted.heads.metadata.weights == engine.weights_fingerprint
+    bfloat16 = Engine.load(dtype="bfloat16", persist_heads=False)
+    assert bfloat16.model_fingerprint != engine.model_fingerprint
+    assert bfloat16.weights_fingerprint == engine.weights_fingerprint
+    heads = Heads(fitted.heads.metadata, fitted.heads.heads)
+    rows = [text for text, _ in review_rows()][::3]
+    there = bfloat16.decide_many(REVIEW, rows, heads=heads)
+    here = engine.decide_many(REVIEW, rows, heads=Heads(fitted.heads.metadata, fitted.heads.heads))
+    for field in ("code", "group"):
+        assert all(d.fields[field].method == "fitted" for d in there)
+        agree = sum(a.fields[field].value == b.fields[field].value for a, b in zip(here, there))
+        assert agree >= len(rows) - 1, (field, agree, len(rows))
 
 
 def test_a_checked_heads_object_is_still_checked_against_another_rubric(engine: Engine, fitted: FitResult):
