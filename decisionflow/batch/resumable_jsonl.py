@@ -31,6 +31,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,6 +225,7 @@ def _replace_atomically(path: Path, content: bytes) -> None:
             out.write(content)
             out.flush()
             os.fsync(out.fileno())
+        shutil.copymode(path, scratch)  # the rewrite keeps the output's permissions, not the scratch file's
         os.replace(scratch, path)
     except BaseException:
         Path(scratch).unlink(missing_ok=True)

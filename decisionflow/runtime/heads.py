@@ -29,6 +29,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
 from ..errors import CalibrationError
+from ..paths import with_usual_permissions
 from ..spec.rubric import Rubric
 from .lexical import Lexicon
 
@@ -382,6 +383,7 @@ class Heads:
         os.close(handle)
         try:
             save_file(tensors, temporary, metadata=header)
+            with_usual_permissions(temporary)
             os.replace(temporary, path)
         finally:
             if os.path.exists(temporary):

@@ -7,6 +7,7 @@ import os
 import random
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -70,6 +71,15 @@ def test_recovery_drops_a_torn_tail_errors_and_duplicates(tmp_path):
     assert done == {"1", "3"} and dropped == 4
     assert [r["id"] for r in records(out)] == ["1", 3]
     assert recover_output(out) == ({"1", "3"}, 0)  # a clean file is left as it is
+
+
+def test_recovery_keeps_the_outputs_permissions(tmp_path):
+    # The rewrite goes through an owner-only scratch file; the output must come back as readable as it was.
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(b'{"id": "1", "value": {}}\n{"id": "2", "val')
+    out.chmod(0o644)
+    assert recover_output(out) == ({"1"}, 1)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
 
 
 # -- the output must be this run's own -----------------------------------------------------------

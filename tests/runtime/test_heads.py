@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -664,3 +666,14 @@ def test_a_score_field_whose_kept_head_is_right_on_every_held_out_row_is_warned_
     kept = "fitted" if info.head == "multinomial" else "ordinal"
     assert fitted.hidden is not None and info.candidates[kept].accuracy == 1.0
     assert warning.startswith("warning: field 'level': every cross-validated answer of its head was right")
+
+
+def test_a_saved_heads_file_is_readable_as_a_plainly_written_file_would_be(fitted: FitResult, tmp_path: Path):
+    # Written through a private temporary file (owner-only) and moved into place: the move must not keep
+    # the temporary's permissions, or a server running as another user could not read the heads.
+    previous = os.umask(0o022)
+    try:
+        path = fitted.heads.save(tmp_path / "review.heads.safetensors")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

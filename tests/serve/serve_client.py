@@ -79,7 +79,8 @@ def stand_in_engine(name: str = "stand-in") -> SimpleNamespace:
     """What the app and the command read of an engine when no input reaches the model."""
     from decisionflow.runtime.engine import EngineOptions
 
-    return SimpleNamespace(loaded=SimpleNamespace(name=name), options=EngineOptions())
+    # check_heads: the shipped workflows carry heads, which serve checks against the engine at startup.
+    return SimpleNamespace(loaded=SimpleNamespace(name=name), options=EngineOptions(), check_heads=lambda heads, target: None)
 
 
 def metric(client: Client, prefix: str) -> float:
