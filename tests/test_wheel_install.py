@@ -59,6 +59,11 @@ def test_run_a_shipped_workflow_from_the_wheel(installed: Path, tmp_path: Path):
     decided = run(installed, "run", "workflows/sentiment.yaml", "--json", "--text", "a gorgeous, witty film", cwd=tmp_path)
     assert decided.returncode == 0, decided.stderr
     assert json.loads(decided.stdout)["value"]["sentiment"] in ("positive", "negative")
+    # The heads shipped beside a workflow come with the wheel and are applied from it.
+    banked = run(installed, "run", "workflows/banking77_intent.yaml", "--json", "--text", "my new card has not arrived yet",
+                 cwd=tmp_path)
+    assert banked.returncode == 0, banked.stderr
+    assert json.loads(banked.stdout)["fields"]["intent"]["method"] != "zero_shot"
 
 
 def test_bench_quick_from_the_wheel(installed: Path, tmp_path: Path):

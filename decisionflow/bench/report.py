@@ -24,7 +24,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         ("workload", "left"), ("fields", "right"), ("method", "left"), ("median ms", "right"), ("p90 ms", "right"),
         ("passes", "right"), ("prompt tok", "right"), ("gen tok", "right"), ("peak MiB", "right"),
         ("valid", "right"), ("agree json", "right"), ("agree grammar", "right"), ("x floor", "right"),
-        ("x decisionflow", "right"),
+        ("x decisionflow", "right"), ("own floor ms", "right"),
     ):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     previous = None
@@ -41,6 +41,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             _fmt(row["forward_passes"]), _fmt(row["prompt_tokens"]), _fmt(row["generated_tokens"]),
             _fmt(row["peak_rss_mb"]), _fmt(row["valid_rate"], ".0%"), _fmt(agree["json_generate"], ".2f"),
             _fmt(agree["grammar_constrained"], ".2f"), _fmt(row["floor_ratio"], ".2f"), _fmt(row["vs_decisionflow"], ".1f"),
+            _fmt(row.get("own_floor_ms")),
         )
     # A pipe gets a wide console: the table has many columns and is meant to be read in a log.
     Console(width=None if sys.stdout.isatty() else 200).print(table)
@@ -50,12 +51,12 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The results as a Markdown table (for docs/benchmarks.md)."""
     header = (
         "| workload | fields | method | median ms | p90 ms | passes | prompt tok | gen tok | peak MiB | valid "
-        "| agree json | agree grammar | agree decisionflow | x floor | x decisionflow |"
+        "| agree json | agree grammar | agree decisionflow | x floor | x decisionflow | own floor ms |"
     )
     lines = [header, "|" + " --- |" * (header.count("|") - 1)]
     for row in rows:
         if not row.get("available", True):
-            lines.append(f"| {row['workload']} | {row['fields']} | {row['method']} | {row['reason'][:90]} |" + " |" * 11)
+            lines.append(f"| {row['workload']} | {row['fields']} | {row['method']} | {row['reason'][:90]} |" + " |" * 12)
             continue
         agree = row["agreement"]
         lines.append("| " + " | ".join([
@@ -63,7 +64,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             _fmt(row["forward_passes"]), _fmt(row["prompt_tokens"]), _fmt(row["generated_tokens"]),
             _fmt(row["peak_rss_mb"]), _fmt(row["valid_rate"], ".0%"), _fmt(agree["json_generate"], ".2f"),
             _fmt(agree["grammar_constrained"], ".2f"), _fmt(agree["decisionflow"], ".2f"),
-            _fmt(row["floor_ratio"], ".2f"), _fmt(row["vs_decisionflow"], ".1f"),
+            _fmt(row["floor_ratio"], ".2f"), _fmt(row["vs_decisionflow"], ".1f"), _fmt(row.get("own_floor_ms")),
         ]) + " |")
     return "\n".join(lines) + "\n"
 

@@ -32,9 +32,10 @@ METHODS = (
     "per_field_prefill",
     "copied_prefix",
     "pcd_rlcd",
+    "llama_cpp",
     "openai_route",
 )
-SLOW_METHODS = ("json_generate", "grammar_constrained", "per_field_prefill")
+SLOW_METHODS = ("json_generate", "grammar_constrained", "per_field_prefill", "llama_cpp")
 """Token-by-token or one-prefill-per-field methods: repeated fewer times (greedy, so answers repeat)."""
 
 
@@ -111,6 +112,9 @@ class MethodRunner:
     applies: Callable[[Workload], bool] = lambda workload: True
     """Whether the method runs this workload at all (`openai_route`: the workloads sent as structured outputs)."""
     not_applicable: str = ""
+    own_floor: Callable[[Workload], float] | None = None
+    """The method's own floor in milliseconds, measured beside its runs and out of their timings
+    (`llama_cpp`: llama.cpp's bare prefill of the same prompt, nothing cached)."""
 
 
 def _decisionflow_runner(name: str, engine: Any) -> MethodRunner:
@@ -181,6 +185,20 @@ def _schema_problem(values: Any, schema: dict[str, Any]) -> str | None:
     return None
 
 
+def _llama_cpp_runner(engine: Any) -> MethodRunner:
+    """llama.cpp on the engine's GGUF file (`baselines.llama_cpp`): its grammar compiled and its prompt
+    cache filled with the rubric's head by one untimed call per workload, as a running server's would be."""
+    from ..baselines.llama_cpp import LlamaCpp
+
+    name = "llama_cpp"
+    try:
+        llama = LlamaCpp(engine)
+    except Unavailable as exc:
+        return MethodRunner(name, lambda w: None, unavailable=str(exc))
+    return MethodRunner(name, lambda w: llama(w.rubric, w.payload), slow=True,
+                        prepare=lambda w: llama(w.rubric, w.payload), own_floor=lambda w: llama.prefill(w.rubric, w.payload))
+
+
 GENERATING_METHODS = ("json_generate", "grammar_constrained", "per_field_prefill", "copied_prefix", "decisionflow_generic")
 """Methods that call the transformers model itself (`generate`, its forward with a cache)."""
 
@@ -237,6 +255,8 @@ def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[
                 runners.append(MethodRunner(name, lambda w, p=pcd_engine: p(w.rubric, w.payload, schema=w.pcd_schema)))
             except Unavailable as exc:
                 runners.append(MethodRunner(name, lambda w: None, unavailable=str(exc)))
+        elif name == "llama_cpp":
+            runners.append(_llama_cpp_runner(engine))
         elif name == "openai_route":
             runners.append(_openai_route_runner(openai_server))
         else:
@@ -337,6 +357,7 @@ def run_bench(
     rows: list[dict[str, Any]] = []
     for workload in workloads:
         samples: dict[str, list[Sample]] = {r.name: [] for r in runners}
+        own_floors: dict[str, list[float]] = {r.name: [] for r in runners}
         floor = Floor()
         cached, uncached = _floor_calls(engine, workload)
         cached()  # the head's first pass on this workload's shapes
@@ -362,18 +383,21 @@ def run_bench(
                     log(f"{workload.name} / {runner.name}: {failures[runner.name]}")
                     continue
                 samples[runner.name].append(_sample(result, elapsed, peak))
+                if runner.own_floor is not None:
+                    own_floors[runner.name].append(runner.own_floor(workload))
             floor.cached_ms.append(measure(cached)[1])
             floor.uncached_ms.append(measure(uncached)[1])
         log(f"{workload.name}: " + ", ".join(
             f"{n} {statistics.median(s.latency_ms for s in v):.0f} ms" for n, v in samples.items() if v))
-        rows.extend(_summarise(workload, runners, samples, floor, failures))
+        rows.extend(_summarise(workload, runners, samples, floor, failures, own_floors))
         if on_workload is not None:
             on_workload(rows)
     return rows
 
 
 def _summarise(
-    workload: Workload, runners: list[MethodRunner], samples: dict[str, list[Sample]], floor: Floor, failures: dict[str, str]
+    workload: Workload, runners: list[MethodRunner], samples: dict[str, list[Sample]], floor: Floor, failures: dict[str, str],
+    own_floors: dict[str, list[float]] | None = None,
 ) -> list[dict[str, Any]]:
     def last_valid(name: str) -> dict[str, Any] | None:
         valid = [s for s in samples.get(name, []) if s.valid]
@@ -418,6 +442,7 @@ def _summarise(
             "floor_ratio": median / floor_cached,
             "floor_ratio_uncached": median / floor_uncached,
             "vs_decisionflow": median / decisionflow_ms if decisionflow_ms else None,
+            "own_floor_ms": statistics.median(own_floors[runner.name]) if own_floors and own_floors.get(runner.name) else None,
             "invalid_reason": next((s.reason for s in runs if not s.valid), ""),
             "values": values,
         })
@@ -433,21 +458,29 @@ def model_implementation(model: Any) -> str:
     return "decisionflow decoder, oneDNN-packed projections" if is_packed(model) else "decisionflow decoder"
 
 
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+"""The instruction sets a CPU figure depends on (bfloat16 in hardware, AMX tiles), named with every run."""
+
+
 def conditions(engine: Any, *, threads: int, dtype: str, repeats: int, slow_repeats: int) -> dict[str, Any]:
     import torch
     import transformers
 
     cpu = platform.processor() or "unknown"
+    flags: list[str] = []
     try:
         with open("/proc/cpuinfo") as handle:
             for line in handle:
-                if line.startswith("model name"):
+                if line.startswith("model name") and cpu == (platform.processor() or "unknown"):
                     cpu = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    present = set(line.split(":", 1)[1].split())
+                    flags = [flag for flag in CPU_FLAGS if flag in present]
                     break
     except OSError:
         pass
     versions: dict[str, str] = {"torch": torch.__version__, "transformers": transformers.__version__}
-    for package in ("xgrammar", "pcd_rlcd"):
+    for package in ("xgrammar", "pcd_rlcd", "llama_cpp_python"):
         try:
             from importlib.metadata import version
 
@@ -462,6 +495,7 @@ def conditions(engine: Any, *, threads: int, dtype: str, repeats: int, slow_repe
         "kernels": engine.backend.kernels,
         "threads": threads,
         "cpu": cpu,
+        "cpu_flags": flags,
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "versions": versions,
