@@ -14,8 +14,10 @@ bare prefill of that whole prompt, with nothing cached, is measured beside it as
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,41 @@ def gguf_file(engine: Any) -> Path:
     raise Unavailable(f"llama.cpp reads GGUF files; the model was loaded from {name or 'an unnamed source'}")
 
 
+def has_amx() -> bool:
+    """Whether the CPU has AMX tiles (Linux `/proc/cpuinfo`)."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            return any(line.startswith("flags") and "amx_tile" in line.split() for line in handle)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _extra_buffer_types(llama_cpp: Any, allowed: bool) -> Iterator[None]:
+    """Load a model with llama.cpp's extra weight buffer types (the AMX and repacked layouts) on or off.
+
+    llama-cpp-python 0.3.36, built from source on a Xeon with AMX, crashes (a segmentation fault in
+    `llama_decode`) on the bundled Q4_1 file with them on, and has no argument for the model parameter
+    that turns them off: the default parameters it starts from are given `use_extra_bufts=False` while
+    the model loads."""
+    if allowed:
+        yield
+        return
+    module = llama_cpp.llama_cpp
+    original = module.llama_model_default_params
+
+    def without_extra_buffers() -> Any:
+        params = original()
+        params.use_extra_bufts = False
+        return params
+
+    module.llama_model_default_params = without_extra_buffers
+    try:
+        yield
+    finally:
+        module.llama_model_default_params = original
+
+
 class LlamaCpp:
     """llama.cpp's greedy, grammar-constrained generation of the rubric's JSON from decisionflow's prompt."""
 
@@ -55,8 +92,10 @@ class LlamaCpp:
         self.path = gguf_file(engine)
         self.module = llama_cpp
         self.threads = threads or torch.get_num_threads()
-        self.llama = llama_cpp.Llama(model_path=str(self.path), n_ctx=context, n_threads=self.threads,
-                                     n_threads_batch=self.threads, verbose=False)
+        self.extra_buffers = not has_amx()
+        with _extra_buffer_types(llama_cpp, self.extra_buffers):
+            self.llama = llama_cpp.Llama(model_path=str(self.path), n_ctx=context, n_threads=self.threads,
+                                         n_threads_batch=self.threads, verbose=False)
         self.llama.set_cache(llama_cpp.LlamaRAMCache(capacity_bytes=CACHE_BYTES))
         self._grammars: dict[str, Any] = {}
 
@@ -93,7 +132,7 @@ class LlamaCpp:
         return MethodResult(
             method="llama_cpp", valid=valid, values=values, forward_passes=generated + 1, prompt_tokens=len(prompt_ids),
             generated_tokens=generated, latency_ms=elapsed, text=text, reason=reason,
-            extra={"llama_cpp": self.version, "gguf": self.path.name},
+            extra={"llama_cpp": self.version, "gguf": self.path.name, "extra_buffer_types": self.extra_buffers},
         )
 
     def prefill(self, target: Any, payload: Any) -> float:
