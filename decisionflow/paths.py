@@ -1,9 +1,7 @@
-"""Path helpers every step may use (below the pipeline, like `errors`): nothing here reads or writes a
-file's content."""
+"""Path helpers every step may use (below the pipeline, like `errors`): nothing here reads or writes a file."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 
@@ -40,12 +38,3 @@ def unread_reason(path: Path) -> str:
     suffix = path.suffix.lower()
     return (f"{path}: {suffix} files are not read; give JSONL, CSV (.csv) or Parquet (.parquet, .pq)"
             + (", uncompressed" if suffix in COMPRESSED_SUFFIXES else ""))
-
-
-def with_usual_permissions(path: str | Path) -> None:
-    """Give a file written through `tempfile.mkstemp` (which creates it readable by its owner alone) the
-    permissions a plainly created file gets under the process's umask: a heads file or an output written
-    atomically stays readable by whoever could read one written in place."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)

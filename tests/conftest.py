@@ -33,6 +33,14 @@ def engine():
 
 
 @pytest.fixture(scope="session")
+def bfloat16_engine(engine):
+    """The bundled model in bfloat16 (what `auto` picks on a CPU that multiplies it), beside the float32 one."""
+    from decisionflow.runtime.engine import Engine
+
+    return Engine.load(dtype="bfloat16", persist_heads=False)
+
+
+@pytest.fixture(scope="session")
 def transformers_engine(engine):
     """The bundled model built by transformers (what token-by-token generation needs, and the
     independent reference the engine's own decoder is checked against)."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Unavailable
+from ..runtime.loading import bundled_gguf, cpu_flags
 from ..spec.rubric import Rubric
 from .generation import MethodResult, canonical_object_tokens, parse_answer
 from .grammar import _prompt_without_opener, json_schema
@@ -32,23 +33,12 @@ CACHE_BYTES = 2 << 30
 
 def gguf_file(engine: Any) -> Path:
     """The GGUF file the engine's model was loaded from; `Unavailable` for a model that came from elsewhere."""
-    from ..runtime.loading import bundled_gguf
-
     name = str(getattr(engine.loaded, "name", "") or "")
     if name.startswith("bundled:"):
         return bundled_gguf()
     if name.lower().endswith(".gguf") and Path(name).is_file():
         return Path(name)
     raise Unavailable(f"llama.cpp reads GGUF files; the model was loaded from {name or 'an unnamed source'}")
-
-
-def has_amx() -> bool:
-    """Whether the CPU has AMX tiles (Linux `/proc/cpuinfo`)."""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            return any(line.startswith("flags") and "amx_tile" in line.split() for line in handle)
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager
@@ -92,7 +82,7 @@ class LlamaCpp:
         self.path = gguf_file(engine)
         self.module = llama_cpp
         self.threads = threads or torch.get_num_threads()
-        self.extra_buffers = not has_amx()
+        self.extra_buffers = "amx_tile" not in cpu_flags()
         with _extra_buffer_types(llama_cpp, self.extra_buffers):
             self.llama = llama_cpp.Llama(model_path=str(self.path), n_ctx=context, n_threads=self.threads,
                                          n_threads_batch=self.threads, verbose=False)

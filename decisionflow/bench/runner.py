@@ -466,19 +466,18 @@ def conditions(engine: Any, *, threads: int, dtype: str, repeats: int, slow_repe
     import torch
     import transformers
 
+    from ..runtime.loading import cpu_flags
+
     cpu = platform.processor() or "unknown"
-    flags: list[str] = []
     try:
         with open("/proc/cpuinfo") as handle:
             for line in handle:
-                if line.startswith("model name") and cpu == (platform.processor() or "unknown"):
+                if line.startswith("model name"):
                     cpu = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    present = set(line.split(":", 1)[1].split())
-                    flags = [flag for flag in CPU_FLAGS if flag in present]
                     break
     except OSError:
         pass
+    flags = [flag for flag in CPU_FLAGS if flag in cpu_flags()]
     versions: dict[str, str] = {"torch": torch.__version__, "transformers": transformers.__version__}
     for package in ("xgrammar", "pcd_rlcd", "llama_cpp_python"):
         try:

@@ -55,7 +55,7 @@ class CompiledRubric:
         if budget is not None:
             cut = self.view.cut(text, budget)
             if cut is not None:
-                text = cut[0] + CUT_MARK
+                text = cut + CUT_MARK
         return text
 
     def request_tokens(self, payload: Any) -> list[int]:

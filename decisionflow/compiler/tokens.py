@@ -19,8 +19,8 @@ class TokenizerView:
     def decode(self, ids: Iterable[int]) -> str:
         return self.tokenizer.decode(list(ids), clean_up_tokenization_spaces=False)
 
-    def cut(self, text: str, budget: int) -> tuple[str, int] | None:
-        """`text` cut to its first `budget` tokens and how many it held, or None when it holds no more. The
+    def cut(self, text: str, budget: int) -> str | None:
+        """`text` cut to its first `budget` tokens, or None when it holds no more. The
         cut falls at the end of the last kept token's characters (the tokenizer's offsets), or, for a
         tokenizer that gives none, at the decoded text of the kept tokens."""
         try:
@@ -37,7 +37,7 @@ class TokenizerView:
             kept = text[: offsets[budget - 1][1]]
         else:
             kept = self.decode(ids[:budget]).rstrip("\ufffd")  # a byte-level token split inside a character
-        return kept.rstrip(), len(ids)
+        return kept.rstrip()
 
     def suffix_after(self, anchor_ids: list[int], anchor: str, text: str) -> list[int] | None:
         """Tokens of `text` when it follows `anchor`, or None if the tokenizer merges across the seam."""

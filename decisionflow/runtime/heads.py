@@ -21,7 +21,7 @@ import hashlib
 import json
 import math
 import os
-import tempfile
+import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -29,7 +29,6 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
 from ..errors import CalibrationError
-from ..paths import with_usual_permissions
 from ..spec.rubric import Rubric
 from .lexical import Lexicon
 
@@ -359,7 +358,7 @@ class Heads:
     def save(self, path: str | Path) -> Path:
         """Write the heads atomically; a readable copy of the metadata goes beside (`.json`). Refused
         (a `HeadsError`) where either would replace a file that is not a heads file (`save_problem`)."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
         path = Path(path)
         problem = self.save_problem(path)
@@ -379,11 +378,12 @@ class Heads:
             header[LEXICON_KEY] = self.lexicon.to_json()
         if self.fitted_on is not None:
             tensors[FITTED_ON_KEY] = self.fitted_on.contiguous().cpu()
-        handle, temporary = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-        os.close(handle)
+        # Created here as any file is (the umask's mode): safetensors' save_file and mkstemp both make files only
+        # their owner may read, and a server running as another user could not load the heads.
+        temporary = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
         try:
-            save_file(tensors, temporary, metadata=header)
-            with_usual_permissions(temporary)
+            with open(temporary, "xb") as handle:
+                handle.write(save(tensors, metadata=header))
             os.replace(temporary, path)
         finally:
             if os.path.exists(temporary):

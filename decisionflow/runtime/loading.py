@@ -168,18 +168,23 @@ NATIVE_BFLOAT16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 @functools.cache
-def cpu_multiplies_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware, from the flags Linux lists. Elsewhere (another
-    system, or a CPU without them, where bfloat16 is emulated and slower than float32) False."""
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU features Linux lists for this processor (`flags` in /proc/cpuinfo); empty elsewhere."""
     try:
         text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return False
+        return frozenset()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         if key.strip() == "flags":
-            return bool(NATIVE_BFLOAT16_FLAGS & set(value.split()))
-    return False
+            return frozenset(value.split())
+    return frozenset()
+
+
+def cpu_multiplies_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware, from the flags Linux lists. Elsewhere (another
+    system, or a CPU without them, where bfloat16 is emulated and slower than float32) False."""
+    return bool(NATIVE_BFLOAT16_FLAGS & cpu_flags(cpuinfo))
 
 
 @dataclass(frozen=True)

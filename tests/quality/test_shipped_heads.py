@@ -36,11 +36,6 @@ def labelled(stem: str) -> tuple[list[str], list[str]]:
     return [row.text for row in kept], [row.gold["intent"] for row in kept]
 
 
-@pytest.fixture(scope="module")
-def bfloat16_engine() -> Engine:
-    return Engine.load(dtype="bfloat16", persist_heads=False)
-
-
 @pytest.mark.parametrize("stem", sorted(SHIPPED))
 def test_the_heads_file_lies_beside_the_workflow_and_is_packaged(stem: str):
     path = WORKFLOWS / f"{stem}.heads.safetensors"

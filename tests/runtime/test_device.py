@@ -63,11 +63,11 @@ def test_a_request_moves_values_to_the_host_once_per_pass(engine: Engine):
 
 
 @pytest.mark.model
-def test_a_bfloat16_engine_keeps_everything_in_bfloat16():
-    half = Engine.load(dtype="bfloat16", persist_heads=False)
+def test_a_bfloat16_engine_keeps_everything_in_bfloat16(bfloat16_engine: Engine):
+    half = bfloat16_engine
     result = half.decide(RUBRIC, TEXT)
     assert result.stats.dtype == "bfloat16"
-    prepared = next(iter(half.prepared.values()))
+    prepared = half.prepared.get(RUBRIC)
     assert all(k.dtype is torch.bfloat16 and v.dtype is torch.bfloat16 for k, v in prepared.head.kv)
     for field in result.fields.values():
         assert sum(field.probabilities.values()) == pytest.approx(1.0)

@@ -348,10 +348,10 @@ def test_heads_for_another_model_prompt_or_width_are_refused(engine: Engine, fit
 
 
 def test_heads_fitted_in_float32_answer_the_same_weights_loaded_in_bfloat16(engine: Engine, fitted: FitResult,
-                                                                            texts: list[str]):
+                                                                            bfloat16_engine: Engine):
     assert fitted.heads.metadata.dtype == str(engine.backend.dtype).removeprefix("torch.") == "float32"
     assert fitted.heads.metadata.weights == engine.weights_fingerprint
-    bfloat16 = Engine.load(dtype="bfloat16", persist_heads=False)
+    bfloat16 = bfloat16_engine
     assert bfloat16.model_fingerprint != engine.model_fingerprint
     assert bfloat16.weights_fingerprint == engine.weights_fingerprint
     heads = Heads(fitted.heads.metadata, fitted.heads.heads)
