@@ -34,9 +34,9 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
 
-from measure_serving import QUESTIONS, start_server  # noqa: E402 - a script beside this one
+from benchmarks.serving.measure import QUESTIONS, start_server  # noqa: E402 - the serving benchmark starts servers the same way
 
 KEYS = ("load-test-prepared-key-0001", "load-test-hostile-key-0002")
 TEXTS = [
