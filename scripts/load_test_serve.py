@@ -14,7 +14,9 @@ stops by itself:
    lone surrogate, the wrong content type, an oversized body, a wrong key, a slow body...).
 
 Reported per phase: requests answered by status, p50/p99 latency of the prepared-rubric requests,
-429/503 counts, mix-ups (a 200 whose answers differ from that text's answers read alone), 500s,
+429/503 counts, mix-ups (a 200 whose answers lie nearer another text's answers read alone than its
+own), answers moved (its own text's, probabilities more than 1e-4 away: bfloat16 rounds by what shares
+a pass) and the largest such move, 500s,
 tracebacks in answers, and the server's resident memory (start, peak, end). Writes
 `out/load_test_serve.json`. Run it on an otherwise idle machine: latencies are wall-clock.
 """
@@ -70,26 +72,46 @@ def prepared_request(index: int) -> tuple[str, bytes, int]:
 
 
 def answers_of(path: str, body: dict) -> dict:
-    """What must match between two answers to one request: labels, and probabilities to 1e-4."""
+    """What is compared between two answers to one request: labels and probabilities."""
     if path == "/v1/systemone":
         return {qid: (a.get("choice"), a.get("noul"), a.get("score"), a.get("probabilities")) for qid, a in body["answers"].items()}
     return {name: (field["value"], field["probabilities"]) for name, field in body["fields"].items()}
 
 
-def same(got: dict, alone: dict) -> bool:
+EXACT = 1e-4
+"""Answers this close to a text's answer read alone are the same answer (float32 gives them every time)."""
+
+
+def gap(got: dict, alone: dict) -> float:
+    """How far one answer is from another: the largest difference of any probability (labels follow from
+    them, so a near tie flipped by rounding stays near); a label differing where no probability says why
+    is infinitely far."""
     if got.keys() != alone.keys():
-        return False
+        return float("inf")
+    largest = 0.0
     for key, answer in alone.items():
+        values, probabilities = [], []
         for a, b in zip(got[key], answer):
-            if isinstance(b, dict):
-                if a is None or a.keys() != b.keys() or any(abs(a[k] - b[k]) > 1e-4 for k in b):
-                    return False
-            elif isinstance(b, float):
-                if a is None or abs(a - b) > 1e-4:
-                    return False
-            elif a != b:
-                return False
-    return True
+            (probabilities if isinstance(b, (dict, float)) else values).append((a, b))
+        for a, b in probabilities:
+            if a is None or (isinstance(b, dict) and a.keys() != b.keys()):
+                return float("inf")
+            largest = max([largest, *((abs(a[k] - b[k]) for k in b) if isinstance(b, dict) else [abs(a - b)])])
+        if not probabilities and any(a != b for a, b in values):
+            return float("inf")
+    return largest
+
+
+def judge(got: dict, path: str, number: int, alone: dict) -> tuple[str, float]:
+    """("same" | "moved" | "mix-up", distance from the text's own answer). A mix-up is an answer nearer
+    another text's answer than its own; "moved" is its own text's answer with probabilities shifted by what
+    shared its pass (bfloat16 rounds a product by the batch's shape: docs/engine.md, `dtype`)."""
+    own = gap(got, alone[(path, number)])
+    if own <= EXACT:
+        return "same", own
+    nearest_other = min(gap(got, answer) for (other_path, other), answer in alone.items()
+                        if other_path == path and other != number)
+    return ("mix-up" if nearest_other < own else "moved"), own
 
 
 def hostile_bodies() -> list[tuple[str, bytes, str, str | None]]:
@@ -182,6 +204,7 @@ def phase(port: int, pid: int, seconds: float, clients: int, hostile_clients: in
     hostile_statuses: Counter = Counter()
     new_set_statuses: Counter = Counter()
     problems: Counter = Counter()
+    largest_move = [0.0]
     memory: list[float] = [resident_mb(pid)]
     prepared_key, hostile_key = KEYS
 
@@ -204,8 +227,12 @@ def phase(port: int, pid: int, seconds: float, clients: int, hostile_clients: in
                 statuses[status] += 1
                 if status == 200:
                     latencies.append(elapsed)
-                    if not same(answers_of(path, json.loads(payload)), alone[(path, text)]):
+                    verdict, distance = judge(answers_of(path, json.loads(payload)), path, text, alone)
+                    if verdict == "mix-up":
                         problems["mix-ups"] += 1
+                    elif verdict == "moved":
+                        problems["moved"] += 1
+                        largest_move[0] = max(largest_move[0], distance)
                 if b"Traceback" in payload:
                     problems["tracebacks"] += 1
             index += clients
@@ -261,6 +288,7 @@ def phase(port: int, pid: int, seconds: float, clients: int, hostile_clients: in
         "status_429": statuses[429] + hostile_statuses[429] + new_set_statuses[429],
         "status_503": statuses[503] + hostile_statuses[503] + new_set_statuses[503],
         "status_500": statuses[500] + hostile_statuses[500] + new_set_statuses[500], "mix_ups": problems["mix-ups"],
+        "moved": problems["moved"], "largest_move": round(largest_move[0], 6),
         "tracebacks": problems["tracebacks"], "connection_errors": problems["connection errors"],
         "slow_body_status": slow[0] if slow else None,
         "memory_mb": {"start": round(memory[0]), "peak": round(max(memory)), "end": round(memory[-1])},
