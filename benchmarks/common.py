@@ -49,16 +49,10 @@ def machine() -> dict[str, Any]:
     import transformers
 
     from decisionflow.bench.runner import CPU_FLAGS
-    from decisionflow.runtime.loading import cpu_flags
+    from decisionflow.runtime.loading import cpu_flags, cpu_model
 
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as handle:
-            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
-    except OSError:
-        pass
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cpu_flags": [flag for flag in CPU_FLAGS if flag in cpu_flags()],
         "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "unset"),
         "cpu_count": os.cpu_count(),
@@ -71,20 +65,17 @@ def machine() -> dict[str, Any]:
 
 
 def write_results(path: Path | None, results: dict[str, Any]) -> None:
-    """`results` with the machine's conditions, as JSON at `path` (nothing when no path is given)."""
+    """`results` with the machine they were measured on, as JSON at `path` (nothing when no path is given)."""
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"conditions": machine(), **results}, indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps({"machine": machine(), **results}, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {path}")
-
 
 
 def merge(out: Path, parts: dict[str, Path]) -> None:
     """One results file from a figure's several runs: {name: that run's JSON}, and the machine they ran on."""
-    merged = {name: json.loads(path.read_text(encoding="utf-8")) for name, path in parts.items()}
-    out.write_text(json.dumps({"machine": machine(), **merged}, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out}")
+    write_results(out, {name: json.loads(path.read_text(encoding="utf-8")) for name, path in parts.items()})
 
 
 def stamp(path: Path) -> None:

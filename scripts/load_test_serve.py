@@ -96,7 +96,8 @@ def gap(got: dict, alone: dict) -> float:
         for a, b in probabilities:
             if a is None or (isinstance(b, dict) and a.keys() != b.keys()):
                 return float("inf")
-            largest = max([largest, *((abs(a[k] - b[k]) for k in b) if isinstance(b, dict) else [abs(a - b)])])
+            differences = [abs(a[k] - b[k]) for k in b] if isinstance(b, dict) else [abs(a - b)]
+            largest = max(largest, *differences)
         if not probabilities and any(a != b for a, b in values):
             return float("inf")
     return largest
@@ -223,11 +224,12 @@ def phase(port: int, pid: int, seconds: float, clients: int, hostile_clients: in
                     problems["connection errors"] += 1
                 continue
             elapsed = time.perf_counter() - began
+            # Judged outside the lock: parsing and comparing an answer is the client's own work.
+            verdict, distance = judge(answers_of(path, json.loads(payload)), path, text, alone) if status == 200 else (None, 0.0)
             with lock:
                 statuses[status] += 1
                 if status == 200:
                     latencies.append(elapsed)
-                    verdict, distance = judge(answers_of(path, json.loads(payload)), path, text, alone)
                     if verdict == "mix-up":
                         problems["mix-ups"] += 1
                     elif verdict == "moved":

@@ -9,13 +9,10 @@ time, in each number format, and prints the largest probability difference and t
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
-from benchmarks.common import ROOT, write_results
-
-DATA = ROOT.parent / "shared" / "data" / "banking77" / "dev.csv"
+from benchmarks.common import DATA, ROOT, read_csv, write_results
 
 
 def main() -> None:
@@ -25,8 +22,7 @@ def main() -> None:
     from decisionflow import Engine
     from decisionflow.spec import load_rubric
 
-    with DATA.open(encoding="utf-8", newline="") as handle:
-        texts = [row["text"] for row in csv.DictReader(handle)][:40]
+    texts = [row["text"] for row in read_csv(DATA / "banking77" / "dev.csv")][:40]
     rubric = load_rubric(ROOT / "workflows" / "banking77_intent.yaml")
     print("| dtype | largest |Δp| batch vs reversed | changed | largest |Δp| batch vs alone (10) | changed |")
     print("| --- | ---: | ---: | ---: | ---: |")

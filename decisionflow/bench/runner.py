@@ -466,17 +466,8 @@ def conditions(engine: Any, *, threads: int, dtype: str, repeats: int, slow_repe
     import torch
     import transformers
 
-    from ..runtime.loading import cpu_flags
+    from ..runtime.loading import cpu_flags, cpu_model
 
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
     flags = [flag for flag in CPU_FLAGS if flag in cpu_flags()]
     versions: dict[str, str] = {"torch": torch.__version__, "transformers": transformers.__version__}
     for package in ("xgrammar", "pcd_rlcd", "llama_cpp_python"):
@@ -493,7 +484,7 @@ def conditions(engine: Any, *, threads: int, dtype: str, repeats: int, slow_repe
         "dtype": dtype,
         "kernels": engine.backend.kernels,
         "threads": threads,
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cpu_flags": flags,
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),

@@ -25,6 +25,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import platform
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -179,6 +180,20 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
         if key.strip() == "flags":
             return frozenset(value.split())
     return frozenset()
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The processor's name as Linux lists it (`model name` in /proc/cpuinfo); elsewhere what `platform`
+    knows, or "unknown"."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return platform.processor() or "unknown"
 
 
 def cpu_multiplies_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:

@@ -41,6 +41,13 @@ def test_native_bfloat16_is_read_from_the_cpu_flags(tmp_path):
     assert not cpu_multiplies_bfloat16(str(tmp_path / "no such file"))
 
 
+def test_the_processor_is_named_from_cpuinfo(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu\n")
+    assert loading.cpu_model(str(info)) == "Intel(R) Xeon(R) Processor"
+    assert loading.cpu_model(str(tmp_path / "no such file"))  # whatever platform knows, never empty
+
+
 def test_the_environment_decides_what_auto_means(monkeypatch):
     monkeypatch.setenv(DTYPE_ENV, "bfloat16")
     assert resolve_dtype("auto", CPU) is torch.bfloat16
