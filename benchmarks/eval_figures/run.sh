@@ -2,8 +2,8 @@
 # The eval and calibrate figures of docs/evaluation.md, "decisionflow on its own", "Temperature calibration",
 # "Abstention on out-of-scope requests" and "decisionflow vs unconstrained JSON generation": the model's own
 # readout (no fitted head), under the engine's defaults and the shipped rubrics. Run from anywhere; the
-# labelled sets are read from ${DATA:-../shared/data} (beside the checkout). Wall times in the JSON-generation
-# runs need an otherwise idle machine (they are one-threaded, so two cores may run the rest beside them).
+# labelled sets are read from ${DATA:-../shared/data} (beside the checkout). The JSON-generation runs (one
+# thread each) report wall times, which need an otherwise idle machine.
 # Writes this folder's results.json ({run: that run's eval.json or calibration file}).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -74,11 +74,16 @@ def collect(engine, name: str, split: str, cache: Path, *, with_means: bool = Tr
     return data
 
 
+def layer_slices(block: torch.Tensor, layers: tuple[int, ...]) -> list[torch.Tensor]:
+    """The columns of `layers` in a cached block (`hidden` or `mean`: every layer of LAYERS side by side)."""
+    size = block.shape[1] // len(LAYERS)
+    return [block[:, LAYERS.index(layer) * size:(LAYERS.index(layer) + 1) * size] for layer in layers]
+
+
 def features_of(data: dict, layers: tuple[int, ...], *, mean: bool, zero_shot: bool) -> torch.Tensor:
-    size = data["hidden"].shape[1] // len(LAYERS)
-    parts = [data["hidden"][:, LAYERS.index(layer) * size:(LAYERS.index(layer) + 1) * size] for layer in layers]
+    parts = layer_slices(data["hidden"], layers)
     if mean:
-        parts += [data["mean"][:, LAYERS.index(layer) * size:(LAYERS.index(layer) + 1) * size] for layer in layers]
+        parts += layer_slices(data["mean"], layers)
     if zero_shot:
         parts.append(torch.log(data["zero_shot"].clamp_min(ZERO_SHOT_FLOOR)))
     return torch.cat(parts, dim=1)

@@ -17,10 +17,12 @@ stratified 5 folds, seed 0) and on dev.csv after a fit on every training row:
 - `W:C`: the shipped n-gram head (`fitting.lexical`) at inverse regularisation C;
 - `Z`: the zero-shot readout.
 
-A variant fuses its members as the fit does (`head_fit._fusion`'s rule: non-negative weights of the members'
-temperature-scaled log-probabilities, fitted on the out-of-fold rows); its cross-validated accuracy, its dev
-accuracy and McNemar's exact test on dev against the shipped default (the chooser's pick among hidden, n-gram
-and fused) are reported:
+A variant fuses its members with the fit's own `head_fit._fusion` (non-negative weights of the members'
+temperature-scaled log-probabilities, fitted on the out-of-fold rows; the search starts where the fit's does,
+the zero-shot readout at 0.1 and every other member at 1); its cross-validated accuracy, its dev accuracy and
+McNemar's exact test on dev against the shipped default (the chooser's pick among hidden, n-gram and fused)
+are reported. Each member's log-probabilities are cached beside the features, so a change to the fusion
+re-runs in seconds:
 
     .venv/bin/python -m benchmarks.heads_members.measure --sets sst2,banking77,clinc150 --out results.json
 """
@@ -28,6 +30,7 @@ and fused) are reported:
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
@@ -39,7 +42,10 @@ import numpy as np
 import torch
 
 from benchmarks.common import DATA, SETS, read_csv, write_results
-from benchmarks.heads.measure import LAYERS, collect
+from benchmarks.heads.measure import collect, layer_slices
+from decisionflow.fitting.head_fit import FUSION_START, _fused, _fusion
+from decisionflow.quality.metrics import mcnemar_exact
+from decisionflow.runtime.heads import ZERO_SHOT_FLOOR
 
 SHIPPED = ("H:-1,-8", "W:10", "Z")
 VARIANTS = (
@@ -67,17 +73,13 @@ VARIANTS = (
     ("M:-1,-8;-8", "W:10", "Z"),
 )
 NEIGHBOURS, SIMILARITY_SCALE = 10, 0.05
-
-
-def _slices(block: torch.Tensor, layers: tuple[int, ...]) -> list[torch.Tensor]:
-    size = block.shape[1] // len(LAYERS)
-    return [block[:, LAYERS.index(layer) * size:(LAYERS.index(layer) + 1) * size] for layer in layers]
+ZERO_SHOT_START = FUSION_START[2]
 
 
 def _features(data: dict, answer_layers: tuple[int, ...], mean_layers: tuple[int, ...] = ()) -> np.ndarray:
     """As the fit reads them: hidden states, then the zero-shot log-probabilities (floored as the fit floors them)."""
-    zero_shot = torch.log(data["zero_shot"].clamp_min(1e-6))
-    parts = _slices(data["hidden"], answer_layers) + _slices(data["mean"], mean_layers)
+    zero_shot = torch.log(data["zero_shot"].clamp_min(ZERO_SHOT_FLOOR))
+    parts = layer_slices(data["hidden"], answer_layers) + layer_slices(data["mean"], mean_layers)
     return torch.cat(parts + [zero_shot], 1).float().numpy()
 
 
@@ -85,11 +87,17 @@ def _layers(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x)
 
 
-def _texts(name: str, split: str, labels: list[str]) -> list[str]:
+@functools.cache
+def _word_matrices(name: str, labels: tuple[str, ...]) -> tuple[Any, Any]:
+    """(train, dev) word vectors of a set's rows, as the fit builds them (its lexicon fitted on the training rows)."""
+    from decisionflow.fitting.lexical import fit_lexicon, word_matrix
     from decisionflow.runtime.lexical import lexical_text
 
     _, _, column = SETS[name]
-    return [lexical_text(r["text"]) for r in read_csv(DATA / name / f"{split}.csv") if r[column] in labels]
+    texts = {split: [lexical_text(r["text"]) for r in read_csv(DATA / name / f"{split}.csv") if r[column] in labels]
+             for split in ("train", "dev")}
+    lexicon = fit_lexicon(texts["train"])
+    return word_matrix(lexicon, texts["train"]), word_matrix(lexicon, texts["dev"])
 
 
 def _head_scores(train_x, gold, test_x, labels: int) -> np.ndarray:
@@ -140,25 +148,36 @@ def _perceptron_scores(train_x, gold, test_x, labels: int) -> np.ndarray:
     return out
 
 
+def cached_member(cache: Path, key: str, name: str, train: dict, dev: dict, folded,
+                  gold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`member`, kept under `cache` (the features it reads are cached there too)."""
+    path = cache / "members" / f"{name}-{key.replace(':', '_').replace(';', '_')}.npz"
+    if path.is_file():
+        stored = np.load(path)
+        return stored["held_out"], stored["dev"]
+    held_out, on_dev = member(key, name, train, dev, folded, gold)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, held_out=held_out, dev=on_dev)
+    return held_out, on_dev
+
+
 def member(key: str, name: str, train: dict, dev: dict, folded, gold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(out-of-fold, dev) log-probabilities of one member, temperature-scaled on its out-of-fold rows."""
     from scipy.special import log_softmax
 
     from decisionflow.fitting.head_fit import _temperature
-    from decisionflow.fitting.lexical import fit_lexicon, fit_words, word_matrix
+    from decisionflow.fitting.lexical import fit_words
 
     labels = len(train["labels"])
     kind, _, argument = key.partition(":")
     if kind == "Z":
-        return (torch.log(train["zero_shot"].clamp_min(1e-6)).double().numpy(),
-                torch.log(dev["zero_shot"].clamp_min(1e-6)).double().numpy())
+        return (torch.log(train["zero_shot"].clamp_min(ZERO_SHOT_FLOOR)).double().numpy(),
+                torch.log(dev["zero_shot"].clamp_min(ZERO_SHOT_FLOOR)).double().numpy())
     held_out = np.full((len(gold), labels), -np.inf)
     if kind == "W":
-        texts, dev_texts = _texts(name, "train", train["labels"]), _texts(name, "dev", train["labels"])
-        if len(texts) != len(gold) or len(dev_texts) != len(dev["gold"]):
+        words, dev_words = _word_matrices(name, tuple(train["labels"]))
+        if words.shape[0] != len(gold) or dev_words.shape[0] != len(dev["gold"]):
             raise SystemExit(f"{name}: the cached rows do not match the data files; clear the cache")
-        lexicon = fit_lexicon(texts)
-        words, dev_words = word_matrix(lexicon, texts), word_matrix(lexicon, dev_texts)
         c = float(argument)
         for fit_rows, test_rows in folded:
             regression = fit_words(words[fit_rows], gold[fit_rows], c=c)
@@ -178,38 +197,6 @@ def member(key: str, name: str, train: dict, dev: dict, folded, gold: np.ndarray
     return log_softmax(held_out / temperature, axis=1), log_softmax(on_dev / temperature, axis=1)
 
 
-def fuse(parts: list[np.ndarray], gold: np.ndarray) -> np.ndarray:
-    """Non-negative weights of the members' log-probabilities with the lowest out-of-fold log-loss (the
-    fit's rule, for any number of members)."""
-    from scipy.optimize import minimize
-    from scipy.special import log_softmax
-
-    rows = np.arange(len(gold))
-    finite = np.all([np.isfinite(p[rows, gold]) for p in parts], axis=0)
-    kept = [p[finite] for p in parts]
-
-    def loss(weights: np.ndarray) -> float:
-        combined = combine(np.abs(weights), kept)
-        return float(-log_softmax(combined, axis=1)[np.arange(int(finite.sum())), gold[finite]].mean())
-
-    found = minimize(loss, np.ones(len(parts)), method="Nelder-Mead",
-                     options={"maxiter": 400 * len(parts), "xatol": 1e-4})
-    return np.abs(found.x)
-
-
-def combine(weights, parts: list[np.ndarray]) -> np.ndarray:
-    with np.errstate(invalid="ignore"):
-        total = sum(w * p for w, p in zip(weights, parts))
-    return np.nan_to_num(total, nan=-np.inf)
-
-
-def mcnemar(right: np.ndarray, other: np.ndarray) -> tuple[int, int, float]:
-    from scipy.stats import binomtest
-
-    only, only_other = int((right & ~other).sum()), int((~right & other).sum())
-    return only, only_other, (binomtest(only, only + only_other).pvalue if only + only_other else 1.0)
-
-
 def study(name: str, engine: Any, cache: Path) -> dict:
     from sklearn.model_selection import StratifiedKFold
     from threadpoolctl import threadpool_limits
@@ -225,12 +212,13 @@ def study(name: str, engine: Any, cache: Path) -> dict:
             began = time.perf_counter()
             for key in variant:
                 if key not in members:
-                    members[key] = member(key, name, train, dev, folded, gold)
+                    members[key] = cached_member(cache, key, name, train, dev, folded, gold)
             parts = [members[key] for key in variant]
-            weights = fuse([p[0] for p in parts], gold) if len(parts) > 1 else np.ones(1)
-            held_out, on_dev = combine(weights, [p[0] for p in parts]), combine(weights, [p[1] for p in parts])
+            weights = (_fusion([p[0] for p in parts], gold, start=[ZERO_SHOT_START if key == "Z" else 1.0 for key in variant])
+                       if len(parts) > 1 else (1.0,))
+            held_out, on_dev = _fused(weights, *[p[0] for p in parts]), _fused(weights, *[p[1] for p in parts])
             figures["+".join(variant)] = {
-                "weights": np.round(weights, 3).tolist(), "cv": float((held_out.argmax(1) == gold).mean()),
+                "weights": [round(w, 3) for w in weights], "cv": float((held_out.argmax(1) == gold).mean()),
                 "dev_right": (on_dev.argmax(1) == dev_gold).tolist(), "seconds": time.perf_counter() - began,
             }
     # The shipped default: the chooser's pick (best cross-validated accuracy) of hidden, n-gram and fused.
@@ -241,7 +229,8 @@ def study(name: str, engine: Any, cache: Path) -> dict:
           "| --- | --- | ---: | ---: | ---: | ---: |")
     for key, figure in figures.items():
         right = np.asarray(figure.pop("dev_right"))
-        only, only_default, p = mcnemar(right, reference)
+        only, only_default = int((right & ~reference).sum()), int((~right & reference).sum())
+        p = mcnemar_exact(only, only_default)
         figure.update(dev=float(right.mean()), dev_correct=int(right.sum()), only_it=only, only_default=only_default,
                       p_vs_default=p)
         print(f"| {key} | {figure['weights']} | {figure['cv']:.4f} | {figure['dev']:.4f} ({figure['dev_correct']}) "
