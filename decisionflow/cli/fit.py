@@ -58,6 +58,12 @@ def fit_command(
         typer.Option("--layers", metavar="-1,-8", help="Hidden layers a head reads, counted from the top (-1: what the LM "
                      "head reads; default -1,-8, or those of them the model has).", show_default=False),
     ] = None,
+    mean_layers: Annotated[
+        str | None,
+        typer.Option("--mean-layers", metavar="-8", help="Hidden layers whose mean over the input's positions a fused "
+                     "head's fourth member reads (default -8; 'none': no such member). Read only with --words.",
+                     show_default=False),
+    ] = None,
     skip_unknown_labels: Annotated[
         bool, typer.Option("--skip-unknown-labels", help="Leave out labels that are not an answer of their field (e.g. an "
                            "out-of-scope class) instead of refusing the file.")
@@ -99,6 +105,7 @@ def fit_command(
         say(err, f"error: --output {problem}")
         raise typer.Exit(2)
     chosen_layers = guarded(ctx, err, lambda: _layers(layers))
+    chosen_mean_layers = guarded(ctx, err, lambda: _layers(mean_layers, option="--mean-layers", none=True))
     target, rubric = load_target_and_rubric(ctx, rubric_ref, err)
     examples, skipped = guarded(ctx, err, lambda: _examples(rubric, data, label or [], text_column, rows, skip_unknown_labels))
     if skipped:
@@ -108,7 +115,8 @@ def fit_command(
     with progress_bars(err) as progress_for:
         progress = progress_for("reading rows")
         result = guarded(ctx, err, lambda: fit_examples(engine, target, examples, skipped=skipped, layers=chosen_layers,
-                                                         progress=progress, significance=significance, words=words))
+                                                         progress=progress, significance=significance, words=words,
+                                                         mean_layers=chosen_mean_layers))
     for line in result.warnings:
         say(err, line)
     guarded(ctx, err, lambda: result.heads.save(output))
@@ -154,15 +162,20 @@ def fit_table(result: Any) -> Table:
     return table
 
 
-def _layers(text: str | None) -> tuple[int, ...] | None:
+def _layers(text: str | None, *, option: str = "--layers", none: bool = False) -> tuple[int, ...] | None:
+    """Layers named as `-1,-8` (None: the default); with `none`, the word `none` names no layer."""
     if text is None:
         return None
+    if none and text.strip().lower() == "none":
+        return ()
     try:
         chosen = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise DataError(f"--layers expects whole numbers separated by commas, e.g. -1,-8; got {text!r}") from None
+        example = "-8" if none else "-1,-8"
+        raise DataError(f"{option} expects whole numbers separated by commas, e.g. {example}"
+                        f"{' (or none)' if none else ''}; got {text!r}") from None
     if not chosen:
-        raise DataError("--layers names no layer")
+        raise DataError(f"{option} names no layer" + (" (write none for no input-mean member)" if none else ""))
     return chosen
 
 

@@ -45,6 +45,7 @@ from ..errors import DataError, DecisionflowError, Unavailable
 from ..runtime.head_store import library_version
 from ..runtime.heads import (
     DEFAULT_LAYERS,
+    DEFAULT_MEAN_LAYERS,
     Candidate,
     FieldHead,
     FieldHeadInfo,
@@ -109,6 +110,8 @@ class FieldData:
     zero_shot_answer: list[int] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     """Each row's words as its n-gram head reads them (`lexical.lexical_text`)."""
+    input_mean: list[torch.Tensor] = field(default_factory=list)
+    """Each row's input-mean hidden state (where the fit reads it)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,8 @@ class FieldFit:
 
     hidden: FieldHead | None = None
     words: NgramHead | None = None
+    input_mean: FieldHead | None = None
+    """A fused head's input-mean member."""
 
     @property
     def any(self) -> bool:
@@ -235,6 +240,7 @@ def fit_examples(
     zero_shot_features: bool = True, min_rows_per_label: int = MIN_ROWS_PER_LABEL,
     regularisation: Sequence[float] = REGULARISATION_GRID, folds: int = MAX_FOLDS,
     progress: Progress | None = None, seed: int = 0, significance: float = SIGNIFICANCE, words: bool = True,
+    mean_layers: Sequence[int] | None = None,
 ) -> FitResult:
     """`fit_heads` on rows `examples_of` has already checked against the rubric (the command line checks
     its file before the model loads); `skipped`: the labels it left out, for the report.
@@ -243,6 +249,9 @@ def fit_examples(
     `heads.DEFAULT_LAYERS`, those of them the model has).
     `progress(done, total)` is called as rows are read. `words`: also try a choice or boolean field's
     n-gram head, and its fusion with the hidden-state head and the zero-shot readout.
+    `mean_layers`: the layers whose mean over the input's positions the fusion's fourth member reads
+    (default `heads.DEFAULT_MEAN_LAYERS`, those of them the model has; empty: no such member). Read only
+    where the fusion is tried (`words`).
     """
     count = engine.backend.layer_count
     if layers is None:
@@ -250,13 +259,16 @@ def fit_examples(
     if not layers:
         raise DataError("a head needs at least one hidden layer to read")
     rubric = rubric_of(target)
-    bad = [layer for layer in layers if not -count <= layer < count]
+    if mean_layers is None:
+        mean_layers = tuple(layer for layer in DEFAULT_MEAN_LAYERS if -count <= layer < count)
+    mean_layers = tuple(mean_layers) if words else ()
+    bad = [layer for layer in (*layers, *mean_layers) if not -count <= layer < count]
     if bad:
         raise DataError(f"layer {bad[0]} does not exist: the model has {count} layers (use -1 .. -{count})")
     began = time.perf_counter()
     outcomes, captured = engine.read_features(
         rubric, [e.text for e in examples], layers=tuple(layers), progress=progress,
-        write=[parents_to_write(rubric, e.labels) for e in examples],
+        write=[parents_to_write(rubric, e.labels) for e in examples], mean_layers=mean_layers,
     )
     read_s = time.perf_counter() - began
     failed = {}
@@ -270,6 +282,7 @@ def fit_examples(
     infos: dict[str, FieldHeadInfo] = {}
     heads: dict[str, FieldHead] = {}
     ngram: dict[str, NgramHead] = {}
+    input_mean: dict[str, FieldHead] = {}
     labelled = [name for name in rubric.fields if any(name in e.labels for e in examples)]
     lexicon = None
     if words and any(rubric.fields[name].kind is not FieldKind.SCORE for name in labelled):
@@ -280,7 +293,7 @@ def fit_examples(
         info, fitted, warning = fit_field(
             rubric, name, data.get(name, FieldData()), layers=tuple(layers), zero_shot_features=zero_shot_features,
             min_rows_per_label=min_rows_per_label, regularisation=regularisation, folds=folds, seed=seed,
-            significance=significance, lexicon=lexicon,
+            significance=significance, lexicon=lexicon, mean_layers=mean_layers,
         )
         corrections = Counter(o.fields[name].debias for o in outcomes
                               if not isinstance(o, DecisionflowError) and o.fields[name].asked)
@@ -289,6 +302,8 @@ def fit_examples(
             heads[name] = fitted.hidden
         if fitted.words is not None:
             ngram[name] = fitted.words
+        if fitted.input_mean is not None:
+            input_mean[name] = fitted.input_mean
         if warning:
             notes.append(warning)
     compiled, _ = engine.compile(rubric)
@@ -306,7 +321,8 @@ def fit_examples(
         notes.append(f"warning: field {name!r}: {count} labelled rows were left out because the field is not asked "
                         "(or does not offer the row's answer) under the row's gold answers of the fields it depends on")
     fitted_on = torch.unique(input_hashes([e.text for e in examples]))
-    kept = Heads(metadata, heads, fitted_on=fitted_on, ngram=ngram, lexicon=lexicon if ngram else None)
+    kept = Heads(metadata, heads, fitted_on=fitted_on, ngram=ngram, lexicon=lexicon if ngram else None,
+                 input_mean=input_mean)
     return FitResult(kept, notes, rows=len(examples) - len(failed), failed=failed, skipped=skipped,
                      timings_s={"read": read_s, "fit": time.perf_counter() - began})
 
@@ -348,6 +364,8 @@ def _field_data(
             entry.hidden.append(read.features)
             entry.zero_shot.append(zero_shot_features(read.zero_shot, read.offered, len(labels)))
             entry.gold.append(index)
+            if read.input_mean is not None:
+                entry.input_mean.append(read.input_mean)
             best = max(range(len(read.zero_shot)), key=read.zero_shot.__getitem__)
             entry.zero_shot_answer.append(read.offered[best])
     return data, unread
@@ -356,14 +374,16 @@ def _field_data(
 def fit_field(
     rubric: Rubric, name: str, data: FieldData, *, layers: tuple[int, ...], zero_shot_features: bool,
     min_rows_per_label: int, regularisation: Sequence[float], folds: int, seed: int,
-    significance: float = SIGNIFICANCE, lexicon: Lexicon | None = None,
+    significance: float = SIGNIFICANCE, lexicon: Lexicon | None = None, mean_layers: tuple[int, ...] = (),
 ) -> tuple[FieldHeadInfo, FieldFit, str]:
     """One field's fit: its info (candidates, choice), its heads when a fitted one wins, and a warning line.
 
     With a `lexicon`, a choice or boolean field also cross-validates an n-gram head on the rows' words
     (`fitting.lexical`) and the fusion of the hidden-state head's, the n-gram head's and the zero-shot
     readout's log-probabilities, weighted as fitted on the out-of-fold log-probabilities (`_fusion`);
-    of the heads that beat zero-shot, the most accurate answers.
+    of the heads that beat zero-shot, the most accurate answers. With `mean_layers` (and every row's
+    input mean read there), the fusion has a fourth member: the same multinomial head on the input's
+    mean hidden state at those layers (with the zero-shot log-probabilities as the hidden-state head has them).
 
     A score field cross-validates an ordinal head beside the multinomial one (and alone, where fewer
     than two levels have rows enough for the multinomial one); of those that beat zero-shot, the nearer
@@ -406,6 +426,12 @@ def fit_field(
     if zero_shot_features:
         x = torch.cat([x, torch.stack(data.zero_shot)], dim=1)
     features = x.float().numpy()
+    mean_features = None
+    if words is not None and mean_layers and data.input_mean and len(data.input_mean) == len(data.gold):
+        m = torch.stack(data.input_mean)
+        if zero_shot_features:
+            m = torch.cat([m, torch.stack(data.zero_shot)], dim=1)
+        mean_features = m.float().numpy()
     gold = np.asarray(data.gold)
     if short:  # some level has too few rows to stratify on (a score field)
         splits = min(folds, len(gold))
@@ -434,9 +460,18 @@ def fit_field(
                 held_words[np.ix_(test, regression.classes)] = regression.scores(words[test])
             tried["ngram"] = held_words
             temperatures = {"fitted": _temperature(held_out, gold), "ngram": _temperature(held_words, gold)}
-            parts = (_log_softmax(held_out / temperatures["fitted"]), _log_softmax(held_words / temperatures["ngram"]),
-                     torch.stack(data.zero_shot).double().numpy())
-            fusion = _fusion(parts, gold, start=FUSION_START)
+            parts = [_log_softmax(held_out / temperatures["fitted"]), _log_softmax(held_words / temperatures["ngram"]),
+                     torch.stack(data.zero_shot).double().numpy()]
+            start = list(FUSION_START)
+            if mean_features is not None:
+                held_means = np.full((len(gold), len(labels)), -np.inf)
+                for train, test in folded:
+                    path = _fit_path(mean_features[train], gold[train], regularisation)
+                    held_means[np.ix_(test, path.classes)] = path.scores(mean_features[test])
+                temperatures["input_mean"] = _temperature(held_means, gold)
+                parts.append(_log_softmax(held_means / temperatures["input_mean"]))
+                start.append(MEAN_FUSION_START)
+            fusion = _fusion(parts, gold, start=start)
             tried["fused"] = _fused(fusion, *parts)
         if ordinal:
             values = np.asarray(levels, dtype=float)
@@ -455,12 +490,14 @@ def fit_field(
         best, wins = _kept_head(candidates, errors, score=score, significance=significance)
         chosen_figure = candidates[best]
         better = _rank(chosen_figure, score=score) < _rank(candidates["zero_shot"], score=score)
-        head, word_head, spread, temperature = None, None, None, 1.0
+        head, word_head, mean_head, spread, temperature = None, None, None, None, 1.0
         if wins and best in ("fitted", "fused"):
             temperature = _temperature(tried["fitted"], gold, log_bounds=TEMPERATURE_LOG_BOUNDS)
             head = _fit_path(features, gold, regularisation).head(temperature, len(labels))
         if wins and best in ("ngram", "fused"):
             word_head = NgramHead(*fit_words(words, gold).tensors(temperatures["ngram"], len(labels), UNSEEN_BIAS))
+        if wins and best == "fused" and mean_features is not None:
+            mean_head = _fit_path(mean_features, gold, regularisation).head(temperatures["input_mean"], len(labels))
         elif wins and best == "ordinal":
             spread = _spread(tried["ordinal"], gold, values)
             head = _fit_ordinal(features, values[gold]).head(values, spread)
@@ -476,9 +513,10 @@ def fit_field(
         regularisation=tuple(regularisation) if multinomial else (),
         penalties=ORDINAL_PENALTIES if ordinal else (), temperature=temperature, spread=spread, folds=splits,
         fusion=tuple(float(w) for w in fusion) if wins and best == "fused" else None,
+        mean_layers=tuple(mean_layers) if mean_head is not None else (),
         why=_why(best, candidates, score=score) if wins else "",
         candidates=candidates, **base, note=note)
-    fitted = FieldFit(head, word_head)
+    fitted = FieldFit(head, word_head, mean_head)
     return info, fitted, _overconfidence_warning(name, fitted.any and candidates[best].accuracy == 1.0,
                                                  head is not None and best in ("fitted", "fused") and temperature
                                                  <= math.exp(TEMPERATURE_LOG_BOUNDS[0]) * (1 + 1e-3))
@@ -499,6 +537,8 @@ def _why(best: str, candidates: Mapping[str, Candidate], *, score: bool) -> str:
 
 FUSION_START = (1.0, 1.0, 0.1)
 """Where the search for the hidden-state head's, the n-gram head's and the zero-shot readout's weights starts."""
+MEAN_FUSION_START = 1.0
+"""Where the search for the input-mean head's weight starts (as the benchmarks' members study started it)."""
 FUSION_ITERATIONS_PER_MEMBER = 200
 
 

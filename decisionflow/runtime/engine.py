@@ -217,18 +217,19 @@ class Engine:
 
     def read_features(
         self, target: Any, payloads: Sequence[Any], *, layers: Sequence[int], write: Sequence[Mapping[str, str]] | None = None,
-        progress: Progress | None = None,
+        progress: Progress | None = None, mean_layers: Sequence[int] = (),
     ) -> tuple[list[Decision | DecisionflowError], list[Any]]:
         """Decide `payloads` zero-shot (the rubric's own readout correction, no heads, no calibration) and
         keep, per input and per field read, what a fitted head reads (`executor.Captured`: the hidden states
-        of `layers` at the field's answer position, counted from the top, and the zero-shot distribution).
+        of `layers` at the field's answer position, counted from the top, the zero-shot distribution, and
+        with `mean_layers` the hidden states of those layers averaged over the input's positions).
 
         `write`: per input, answers to write into the prompt instead of the model's (`{field: label}`), so a
         dependent field is read under the right parent answer, as fitting heads needs. Returns per input its
         decision or the error it raised, and its reads (None where it could not be read)."""
         captured: list[Any] = [None] * len(payloads)
         outcomes = self._decide(target, list(payloads), progress=progress, calibration=None, debias=None, fail_fast=False,
-                                capture=tuple(layers), forced=write, captured=captured)
+                                capture=tuple(layers), capture_means=tuple(mean_layers), forced=write, captured=captured)
         return outcomes, captured
 
     def check_heads(self, heads: Heads, target: Any) -> None:
@@ -273,7 +274,7 @@ class Engine:
         self, target: Any, payloads: list[Any], *, progress: Progress | None,
         calibration: Calibration | None, debias: Debias | str | None, fail_fast: bool, internal: bool = False,
         heads: Heads | None = None, capture: Sequence[int] = (), forced: Sequence[dict[str, str]] | None = None,
-        captured: list[Any] | None = None,
+        captured: list[Any] | None = None, capture_means: Sequence[int] = (),
     ) -> list[Decision | DecisionflowError]:
         """`internal`: the engine's own reading (of content-free inputs), which never reports the
         rubric's preparation: the first request of the caller's does. `capture`, `forced` and
@@ -311,7 +312,7 @@ class Engine:
                                    words=heads.words(payloads[i]) if heads is not None else None)
                       for i in indexes]
             pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states, calibration,  # type: ignore[arg-type]
-                              priors, heads, capture)
+                              priors, heads, capture, capture_means)
             if captured is not None:
                 for index, state in zip(indexes, states):
                     captured[index] = state.captured

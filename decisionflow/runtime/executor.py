@@ -14,7 +14,8 @@ Derived fields are computed in code as soon as the fields they read are settled 
 
 With fitted heads (`runtime.heads`), the same pass also hands back the hidden states at each fitted
 field's answer position, and the field's head turns them (with the zero-shot distribution) into the
-field's answer. To fit heads, `capture` keeps those features per field, and `RequestState.forced`
+field's answer. A fused head with an input-mean member also reads the hidden states averaged over the
+input's positions: the pass that feeds a request's input hands those back too (`input_means`). To fit heads, `capture` keeps those features per field, and `RequestState.forced`
 writes a row's gold answers into the prompt instead of the model's, so dependent fields are read
 as they would be under the right parent answer.
 
@@ -72,6 +73,16 @@ class RequestState:
     """With `capture`: per field read, what a head would read there."""
     words: torch.Tensor | None = None
     """The input's word vector, where a fitted n-gram head reads it (`Heads.words`)."""
+    input_means: dict[int, torch.Tensor] = field(default_factory=dict)
+    """Per layer asked for, the input's hidden states averaged over its positions (from the pass that fed it)."""
+    input_rows: list[int] = field(default_factory=list)
+    """Where the input's tokens sit in the pass being packed (empty in a pass that does not feed it)."""
+
+    def input_mean(self, layers: Sequence[int]) -> torch.Tensor | None:
+        """The input's mean hidden state at `layers`, side by side (None when it was not captured)."""
+        if not layers or any(layer not in self.input_means for layer in layers):
+            return None
+        return torch.cat([self.input_means[layer] for layer in layers])
 
     @property
     def pending(self) -> list[int]:
@@ -96,6 +107,8 @@ class Captured:
     """The engine's readout (after its correction) over the offered answers."""
     offered: tuple[int, ...]
     """Indexes of the offered answers in the field's labels."""
+    input_mean: torch.Tensor | None = None
+    """The input's mean hidden state at the captured mean layers, side by side (None: none were asked for)."""
 
 
 @dataclass(frozen=True)
@@ -149,16 +162,20 @@ def execute(
     priors: Priors | None = None,
     heads: Heads | None = None,
     capture: Sequence[int] = (),
+    capture_means: Sequence[int] = (),
 ) -> float:
     """Decide every field of every request in place; return the milliseconds spent in passes.
 
     `priors` debias each field's distribution before its answer is chosen; `heads` then answer the
     fields they were fitted for; `calibration` rescales the result and makes it abstain below its
     thresholds (the candidate mass it judges stays the raw one). `capture`: hidden layers to keep per
-    field read in `RequestState.captured` (for fitting heads).
+    field read in `RequestState.captured` (for fitting heads); `capture_means`: layers whose mean over
+    the input's positions goes with them.
     """
     spent = 0.0
-    layers = tuple(dict.fromkeys([*(heads.layers if heads is not None else ()), *capture]))
+    mean_layers = tuple(dict.fromkeys([*(heads.mean_layers if heads is not None else ()), *capture_means]))
+    read_layers = tuple(dict.fromkeys([*(heads.layers if heads is not None else ()), *capture]))
+    layers = tuple(dict.fromkeys([*read_layers, *mean_layers]))
     for round_ in plan.rounds:
         packed, reads = pack_round(compiled, round_, requests)
         settle_derived(compiled, plan, requests, round_.index)
@@ -166,24 +183,47 @@ def execute(
             continue
         began = time.perf_counter()
         rows = read_rows(reads)
+        feature_rows = [r.positions[r.row.root_read] for r in reads] if read_layers else []
+        averaged = [state for state in requests if state.input_rows] if mean_layers else []
+        input_rows = [row for state in averaged for row in state.input_rows]
         logprobs, features, gathered = backend.run_pass_with_features(
             head, [s.context for s in requests], packed, [p for r in reads for p in r.positions],
-            layers, [r.positions[r.row.root_read] for r in reads] if layers else (), gather_index(rows),
+            layers if feature_rows or input_rows else (), feature_rows + input_rows, gather_index(rows),
         )
         spent += (time.perf_counter() - began) * 1000
         by_read = None
         if features is not None:
+            keep_input_means(averaged, features[len(feature_rows):], layers, mean_layers)
             # One transfer for the pass; each read's row, cut to the layers a head or the capture reads.
-            by_read = _layer_slices(features.cpu(), layers)
+            by_read = _layer_slices(features[: len(feature_rows)].cpu(), layers) if feature_rows else None
         readings = read_fields(logprobs, rows, gathered)
-        read_round(compiled, round_, requests, reads, readings, calibration, priors, heads, by_read, capture)
+        read_round(compiled, round_, requests, reads, readings, calibration, priors, heads, by_read, capture,
+                   capture_means)
         settle_derived(compiled, plan, requests, round_.index)
     return spent
 
 
+def keep_input_means(states: Sequence[RequestState], rows: torch.Tensor, layers: Sequence[int],
+                     mean_layers: Sequence[int]) -> None:
+    """Each request's input rows (in `states` order, `state.input_rows` each) averaged, on the pass's device,
+    kept per mean layer in `state.input_means`."""
+    if not states:
+        return
+    counts = torch.tensor([len(state.input_rows) for state in states], device=rows.device)
+    segments = torch.repeat_interleave(torch.arange(len(states), device=rows.device), counts)
+    sums = torch.zeros(len(states), rows.shape[1], dtype=rows.dtype, device=rows.device).index_add_(0, segments, rows)
+    means = LayerFeatures((sums / counts[:, None].to(rows.dtype)).cpu(), *_offsets(rows.shape[1], layers))
+    for index, state in enumerate(states):
+        state.input_means.update({layer: means.of(index, (layer,)) for layer in mean_layers})
+
+
 def _layer_slices(features: torch.Tensor, layers: Sequence[int]) -> LayerFeatures:
-    size = features.shape[1] // len(layers)
-    return LayerFeatures(features, {layer: i * size for i, layer in enumerate(layers)}, size)
+    return LayerFeatures(features, *_offsets(features.shape[1], layers))
+
+
+def _offsets(width: int, layers: Sequence[int]) -> tuple[dict[int, int], int]:
+    size = width // len(layers)
+    return {layer: i * size for i, layer in enumerate(layers)}, size
 
 
 @dataclass(frozen=True)
@@ -226,6 +266,7 @@ def pack_round(compiled: CompiledRubric, round_: Round, requests: list[RequestSt
         for token in state.pending:
             last = packed.add(token, parent=last, request=r, keep=True)
             chain.append(last)
+        state.input_rows = [] if state.input_fed else chain[: len(state.input_tokens)]
         for name, hypotheses in plans:
             spec = rubric.fields[name]
             for hypothesis in hypotheses:
@@ -326,6 +367,7 @@ def read_round(
     heads: Heads | None = None,
     features: LayerFeatures | None = None,
     capture: Sequence[int] = (),
+    capture_means: Sequence[int] = (),
 ) -> None:
     """Turn a pass's readings (one per read) into each field's result, and queue each answer's line for
     the next pass.
@@ -339,7 +381,7 @@ def read_round(
     for (r, name), group in grouped.items():
         state = requests[r]
         result, label = _field_result(compiled, name, group, state, round_.index, calibration, priors, heads, features,
-                                      capture)
+                                      capture, capture_means)
         state.results[name] = result
         state.answers[name] = result.value
         forced = state.forced.get(name)
@@ -360,7 +402,7 @@ def read_round(
 def _field_result(
     compiled: CompiledRubric, name: str, group: list[tuple[Read, FieldReading, int]], state: RequestState,
     round_index: int, calibration: Calibration | None, priors: Priors | None, heads: Heads | None = None,
-    features: LayerFeatures | None = None, capture: Sequence[int] = (),
+    features: LayerFeatures | None = None, capture: Sequence[int] = (), capture_means: Sequence[int] = (),
 ) -> tuple[FieldResult, str | None]:
     """The field's result from its reading(s) — one, or one per parent hypothesis — and the label whose
     line is written into the prompt (None: nothing is written)."""
@@ -372,7 +414,9 @@ def _field_result(
     debias = Debias.NONE
     joint: dict[tuple[str, str], float] = {}
     fitted = heads.for_field(name) if heads is not None else None
-    if fitted is not None and fitted.info.reads_hidden and features is None:
+    input_mean = state.input_mean(fitted.info.mean_layers) if fitted is not None and fitted.info.reads_means else None
+    if fitted is not None and ((fitted.info.reads_hidden and features is None)
+                               or (fitted.info.reads_means and input_mean is None)):
         fitted = None
     # With a head, the engine's own readout is kept beside its answer (mixed alike when marginalised).
     zero_shot_mixture = [0.0] * len(labels) if fitted is not None else None
@@ -389,12 +433,13 @@ def _field_result(
         if priors is not None:
             probabilities, debias = priors.apply(name, probabilities, indexes if len(indexes) != len(labels) else None)
         if capture and features is not None and (read.hypothesis is None or read.hypothesis == _written_label(state, spec.parent)):
-            state.captured[name] = Captured(features.of(index, capture), tuple(probabilities), tuple(indexes))
+            state.captured[name] = Captured(features.of(index, capture), tuple(probabilities), tuple(indexes),
+                                            state.input_mean(capture_means))
         if fitted is not None:
             for label_index, p in zip(indexes, probabilities):
                 zero_shot_mixture[label_index] += read.weight * p  # type: ignore[index]
             reads = features.of(index, fitted.info.layers) if fitted.info.reads_hidden else None  # type: ignore[union-attr]
-            probabilities = fitted.probabilities(reads, probabilities, indexes, state.words)
+            probabilities = fitted.probabilities(reads, probabilities, indexes, state.words, input_mean)
         for label_index, p in zip(indexes, probabilities):
             mixture[label_index] += read.weight * p
             if read.hypothesis is not None:

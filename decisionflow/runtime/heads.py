@@ -32,14 +32,19 @@ from ..errors import CalibrationError
 from ..spec.rubric import Rubric
 from .lexical import Lexicon
 
-FORMAT = 2
+FORMAT = 3
 """2: a field's head may also read the input's words (an n-gram head), alone or fused with the hidden-state
-head and the zero-shot readout; the file then holds the lexicon. Format-1 files load and answer as before."""
-READ_FORMATS = (1, 2)
+head and the zero-shot readout; the file then holds the lexicon. 3: a fused head may have a fourth member, a
+head on the input's mean hidden state (`FieldHeadInfo.mean_layers`). Format-1 and -2 files load and answer as
+before."""
+READ_FORMATS = (1, 2, 3)
 DEFAULT_LAYERS = (-1, -8)
 """Hidden layers a head reads, counted from the top (see `forward.Capture`): the LM head's input and the
 eighth layer from the top, the best pair in cross-validation on every development set's training
 rows (docs/fitting.md). A model with fewer layers reads the ones it has."""
+DEFAULT_MEAN_LAYERS = (-8,)
+"""Where a fused head's input-mean member reads the hidden states averaged over the input's positions: the
+eighth layer from the top (docs/fitting.md, "The input's mean as a fourth member")."""
 ZERO_SHOT_FLOOR = 1e-6
 """The smallest zero-shot probability a head's log-probability features see (and what an answer the
 row does not offer counts as)."""
@@ -91,10 +96,16 @@ class FieldHeadInfo(BaseModel):
     """Which head answers, or would have: `multinomial` (one class per answer, on the hidden states),
     `ordinal` (a score field's level regressed on them, read as a normal distribution over the levels),
     `ngram` (one class per answer, on the input's words) or `fused` (the log-probabilities of the
-    multinomial head, the n-gram head and the zero-shot readout, weighted by `fusion`)."""
-    fusion: tuple[float, float, float] | None = None
+    multinomial head, the n-gram head and the zero-shot readout, and of the input-mean head where
+    `mean_layers` names layers, weighted by `fusion`)."""
+    fusion: tuple[float, ...] | None = None
     """A fused head's weights of the hidden-state head's, the n-gram head's and the zero-shot readout's
-    log-probabilities (fitted on the rows' out-of-fold log-probabilities by log-loss)."""
+    log-probabilities, then the input-mean head's where it has one (fitted on the rows' out-of-fold
+    log-probabilities by log-loss)."""
+    mean_layers: tuple[int, ...] = ()
+    """A fused head's fourth member reads the hidden states of these layers averaged over the input's
+    positions (with the zero-shot log-probabilities, as the hidden-state head reads them); empty: no such
+    member."""
     why: str = ""
     """Why the head that answers was kept over the other candidates."""
     layers: tuple[int, ...] = DEFAULT_LAYERS
@@ -122,7 +133,7 @@ class FieldHeadInfo(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_unused_additions(self, write: Any) -> Any:
-        return _without_defaults(write(self), self, ("head", "penalties", "spread", "fusion", "why"))
+        return _without_defaults(write(self), self, ("head", "penalties", "spread", "fusion", "why", "mean_layers"))
 
     @property
     def chosen(self) -> str:
@@ -139,6 +150,16 @@ class FieldHeadInfo(BaseModel):
     @property
     def reads_words(self) -> bool:
         return self.readout == "fitted" and self.head in ("ngram", "fused")
+
+    @property
+    def reads_means(self) -> bool:
+        """Whether the answering head also reads the input's mean hidden state (a fused head's fourth member)."""
+        return self.readout == "fitted" and self.head == "fused" and bool(self.mean_layers)
+
+    @property
+    def members(self) -> int:
+        """How many log-probabilities a fused head weighs (`fusion`'s length)."""
+        return 4 if self.mean_layers else 3
 
     @field_validator("regularisation", mode="before")
     @classmethod
@@ -218,17 +239,19 @@ class FieldReadout:
     """How a fitted field is answered from what a request gives it: the hidden states at its answer
     position, the engine's zero-shot distribution, the input's words."""
 
-    def __init__(self, info: FieldHeadInfo, hidden: FieldHead | None, ngram: NgramHead | None):
-        self.info, self.hidden, self.ngram = info, hidden, ngram
+    def __init__(self, info: FieldHeadInfo, hidden: FieldHead | None, ngram: NgramHead | None,
+                 input_mean: FieldHead | None = None):
+        self.info, self.hidden, self.ngram, self.input_mean = info, hidden, ngram, input_mean
 
     @property
     def method(self) -> str:
         return READOUT_METHODS.get(self.info.head, "fitted")
 
     def probabilities(self, features: torch.Tensor | None, zero_shot: Sequence[float], offered: Sequence[int],
-                      words: torch.Tensor | None) -> tuple[float, ...]:
+                      words: torch.Tensor | None, input_mean: torch.Tensor | None = None) -> tuple[float, ...]:
         """The distribution over the `offered` answers (indexes into the field's labels); `zero_shot` is the
-        engine's readout over them, `features` the hidden states the head reads, `words` the input's vector."""
+        engine's readout over them, `features` the hidden states the head reads, `words` the input's vector,
+        `input_mean` the input's mean hidden state at the head's `mean_layers`."""
         info, chosen = self.info, list(offered)
         if info.head == "ngram":
             assert self.ngram is not None and words is not None
@@ -239,10 +262,14 @@ class FieldReadout:
         if info.head != "fused":
             return _softmax(hidden)
         assert self.ngram is not None and words is not None and info.fusion is not None
-        w_hidden, w_words, w_zero_shot = info.fusion
+        w_hidden, w_words, w_zero_shot = info.fusion[:3]
         combined = (w_hidden * torch.log_softmax(hidden.double(), 0)
                     + w_words * torch.log_softmax(self.ngram.logits(words)[chosen].double(), 0)
                     + w_zero_shot * zero_shot_logs[chosen].double())
+        if info.reads_means:
+            assert self.input_mean is not None and input_mean is not None
+            mean_scores = self.input_mean.logits(input_mean, zero_shot_logs if info.zero_shot_features else None)[chosen]
+            combined = combined + info.fusion[3] * torch.log_softmax(mean_scores.double(), 0)
         return _softmax(combined)
 
 
@@ -271,7 +298,7 @@ class Heads:
 
     def __init__(self, metadata: HeadsMetadata, heads: dict[str, FieldHead], path: Path | None = None,
                  fitted_on: torch.Tensor | None = None, *, ngram: dict[str, NgramHead] | None = None,
-                 lexicon: Lexicon | None = None):
+                 lexicon: Lexicon | None = None, input_mean: dict[str, FieldHead] | None = None):
         self.metadata = metadata
         self.heads = heads
         """Per field, its hidden-state head (a multinomial or ordinal head, or a fused head's hidden part)."""
@@ -279,6 +306,8 @@ class Heads:
         """Per field, its n-gram head (an n-gram head alone, or a fused head's word part)."""
         self.lexicon = lexicon
         """The words every n-gram head reads (None when no field has one)."""
+        self.input_mean = dict(input_mean or {})
+        """Per field, its fused head's input-mean member (a linear head on the input's mean hidden state)."""
         self.path = path
         self.fitted_on = fitted_on
         """The sorted `input_hashes` of the rows the heads were fitted on (None: not recorded, as in files
@@ -303,6 +332,16 @@ class Heads:
             info = self.metadata.fields[name]
             if info.reads_hidden:
                 found += [layer for layer in info.layers if layer not in found]
+        return tuple(found)
+
+    @property
+    def mean_layers(self) -> tuple[int, ...]:
+        """Every layer whose mean over the input's positions some fitted head reads (the pass captures these)."""
+        found: list[int] = []
+        for name in self.fitted_fields:
+            info = self.metadata.fields[name]
+            if info.reads_means:
+                found += [layer for layer in info.mean_layers if layer not in found]
         return tuple(found)
 
     def words(self, payload: Any) -> torch.Tensor | None:
@@ -330,10 +369,11 @@ class Heads:
         info = self.metadata.fields.get(name)
         if info is None or info.readout != "fitted":
             return None
-        hidden, ngram = self.heads.get(name), self.ngram.get(name)
-        if (info.reads_hidden and hidden is None) or (info.reads_words and (ngram is None or self.lexicon is None)):
+        hidden, ngram, input_mean = self.heads.get(name), self.ngram.get(name), self.input_mean.get(name)
+        if ((info.reads_hidden and hidden is None) or (info.reads_words and (ngram is None or self.lexicon is None))
+                or (info.reads_means and input_mean is None)):
             return None
-        return FieldReadout(info, hidden, ngram)
+        return FieldReadout(info, hidden, ngram, input_mean)
 
     # -- files --------------------------------------------------------------------------------
 
@@ -369,6 +409,9 @@ class Heads:
         for name, head in self.heads.items():
             for part in ("weight", "bias", "mean", "scale"):
                 tensors[f"{name}.{part}"] = getattr(head, part).detach().float().contiguous().cpu()
+        for name, head in self.input_mean.items():
+            for part in ("weight", "bias", "mean", "scale"):
+                tensors[f"{name}.input_mean.{part}"] = getattr(head, part).detach().float().contiguous().cpu()
         for name, head in self.ngram.items():
             tensors[f"{name}.ngram.weight"] = head.weight.detach().float().contiguous().cpu()
             tensors[f"{name}.ngram.bias"] = head.bias.detach().float().contiguous().cpu()
@@ -423,7 +466,7 @@ class Heads:
             raise HeadsError(f"{path}: heads format {metadata.format}, this decisionflow reads formats "
                              f"{', '.join(map(str, READ_FORMATS))}; fit again")
         lexicon = _lexicon(path, terms, tensors.get(LEXICON_IDF))
-        heads, ngram = {}, {}
+        heads, ngram, input_mean = {}, {}, {}
         for name, info in metadata.fields.items():
             if info.readout != "fitted":
                 continue
@@ -434,24 +477,17 @@ class Heads:
                 ngram[name] = _ngram_head(path, name, info, tensors, lexicon)
             if not info.reads_hidden:
                 continue
-            if info.head == "fused" and (info.fusion is None or len(info.fusion) != 3
+            if info.head == "fused" and (info.fusion is None or len(info.fusion) != info.members
                                          or not all(math.isfinite(w) for w in info.fusion)):
-                raise HeadsError(f"{path}: field {name!r}: a fused head without its three finite weights; fit again")
-            try:
-                parts = [tensors[f"{name}.{part}"].float() for part in ("weight", "bias", "mean", "scale")]
-            except KeyError as missing:
-                raise HeadsError(f"{path}: field {name!r} is marked fitted but its tensor {missing} is missing") from None
-            weight, bias, mean, scale = parts
-            if (weight.ndim != 2 or weight.shape[0] != len(info.labels) or bias.shape != (len(info.labels),)
-                    or mean.shape != (weight.shape[1],) or scale.shape != mean.shape):
-                raise HeadsError(f"{path}: field {name!r}: the head's tensors do not fit its {len(info.labels)} answers")
-            if not all(torch.isfinite(t).all() for t in parts) or bool((scale <= 0).any()):
-                raise HeadsError(f"{path}: field {name!r}: the head holds values that are not finite; fit again")
-            heads[name] = FieldHead(weight, bias, mean, scale)
+                count = {3: "three", 4: "four"}[info.members]
+                raise HeadsError(f"{path}: field {name!r}: a fused head without its {count} finite weights; fit again")
+            heads[name] = _linear_head(path, name, "", info, tensors)
+            if info.reads_means:
+                input_mean[name] = _linear_head(path, name, "input_mean.", info, tensors)
         fitted_on = tensors.get(FITTED_ON_KEY)
         if fitted_on is not None and (fitted_on.dtype != torch.int64 or fitted_on.ndim != 1):
             fitted_on = None  # a damaged record of the fitting rows only loses the overlap warning
-        return cls(metadata, heads, path, fitted_on, ngram=ngram, lexicon=lexicon)
+        return cls(metadata, heads, path, fitted_on, ngram=ngram, lexicon=lexicon, input_mean=input_mean)
 
     # -- checks -------------------------------------------------------------------------------
 
@@ -482,10 +518,16 @@ class Heads:
                 if not meta.fields[name].reads_hidden:
                     continue
                 head, info = self.heads[name], meta.fields[name]
-                expected = hidden_size * len(info.layers) + (len(info.labels) if info.zero_shot_features else 0)
+                zero_shot = len(info.labels) if info.zero_shot_features else 0
+                expected = hidden_size * len(info.layers) + zero_shot
                 if head.feature_size != expected:
                     raise HeadsError(f"{where}the head of field {name!r} reads {head.feature_size} features; this model "
                                      f"gives {expected}; fit again")
+                mean_head = self.input_mean.get(name)
+                expected = hidden_size * len(info.mean_layers) + zero_shot
+                if info.reads_means and mean_head is not None and mean_head.feature_size != expected:
+                    raise HeadsError(f"{where}the input-mean head of field {name!r} reads {mean_head.feature_size} "
+                                     f"features; this model gives {expected}; fit again")
 
     def check_rubric(self, rubric: Rubric) -> None:
         """The part of `check` that needs no model: refuse heads fitted for another rubric, another
@@ -513,6 +555,22 @@ class Heads:
 
 
 LEXICON_IDF = "lexicon.idf"
+
+
+def _linear_head(path: Path, name: str, prefix: str, info: FieldHeadInfo, tensors: dict[str, torch.Tensor]) -> FieldHead:
+    """A field's linear head on hidden states (`prefix` "": the answer position's; "input_mean.": the input's mean)."""
+    what = "the input-mean head" if prefix else "the head"
+    try:
+        parts = [tensors[f"{name}.{prefix}{part}"].float() for part in ("weight", "bias", "mean", "scale")]
+    except KeyError as missing:
+        raise HeadsError(f"{path}: field {name!r} is marked fitted but its tensor {missing} is missing") from None
+    weight, bias, mean, scale = parts
+    if (weight.ndim != 2 or weight.shape[0] != len(info.labels) or bias.shape != (len(info.labels),)
+            or mean.shape != (weight.shape[1],) or scale.shape != mean.shape):
+        raise HeadsError(f"{path}: field {name!r}: {what}'s tensors do not fit its {len(info.labels)} answers")
+    if not all(torch.isfinite(t).all() for t in parts) or bool((scale <= 0).any()):
+        raise HeadsError(f"{path}: field {name!r}: {what} holds values that are not finite; fit again")
+    return FieldHead(weight, bias, mean, scale)
 
 
 def _lexicon(path: Path, terms: str | None, idf: torch.Tensor | None) -> Lexicon | None:

@@ -156,6 +156,9 @@ def test_fit_refuses_bad_label_mappings_with_one_line(tmp_path: Path):
         ("--label", "sentiment"): "error: --label expects FIELD=COLUMN, got 'sentiment'",
         ("--text-column", "body"): f"error: {rows}: no column 'body' for the input text (columns: text, label, code); name it with --text-column",
         ("--layers", "-1,x"): "error: --layers expects whole numbers separated by commas, e.g. -1,-8; got '-1,x'",
+        ("--mean-layers", "mean"): "error: --mean-layers expects whole numbers separated by commas, e.g. -8 (or none); "
+                                   "got 'mean'",
+        ("--mean-layers", ","): "error: --mean-layers names no layer (write none for no input-mean member)",
     }
     for extra, expected in cases.items():
         result = invoke("fit", rubric, "--data", rows, *extra)

@@ -17,7 +17,7 @@ from decisionflow.cli import app
 from decisionflow.fitting import fit_heads
 from decisionflow.fitting.head_fit import MAX_FOLDS, REGULARISATION_GRID, FieldData, fit_field
 from decisionflow.fitting.lexical import fit_lexicon, fit_words, word_matrix
-from decisionflow.runtime.heads import FieldReadout, Heads, HeadsError, NgramHead, zero_shot_features
+from decisionflow.runtime.heads import FORMAT, FieldReadout, Heads, HeadsError, NgramHead, zero_shot_features
 from decisionflow.runtime.lexical import Lexicon, analyse, lexical_text
 from decisionflow.spec.rubric import Rubric
 
@@ -142,7 +142,7 @@ def word_variant(heads: Heads, head: str, fusion=None) -> Heads:
 def test_the_engine_applies_word_heads_in_the_same_pass_and_names_them(engine, hidden_only, head, tmp_path):
     heads = word_variant(hidden_only.heads, head, fusion=(0.7, 0.4, 0.2) if head == "fused" else None)
     saved = Heads.load(heads.save(tmp_path / "review.heads.safetensors"))
-    assert json.loads((tmp_path / "review.heads.json").read_text())["format"] == 2
+    assert json.loads((tmp_path / "review.heads.json").read_text())["format"] == FORMAT
     text = "a gorgeous , witty , seductive movie ."
     plain = engine.decide(REVIEW, text)
     for applied in (heads, saved):
