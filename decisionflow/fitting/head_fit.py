@@ -545,8 +545,9 @@ FUSION_ITERATIONS_PER_MEMBER = 200
 def _fusion(parts: Sequence[Any], gold: Any, *, start: Sequence[float] | None = None) -> tuple[float, ...]:
     """The weights of the members' log-probabilities (`parts`, each [rows, answers]) whose weighted sum has
     the lowest log-loss on the out-of-fold rows (non-negative, fitted together; a row some member gives
-    no finite score to is left out). The fit fuses the hidden-state head, the n-gram head and the
-    zero-shot readout: on BANKING77's training rows 0.68, 0.38, 0.03, on SST-2's 0.84, 0.21, 0.43."""
+    no finite score to is left out). The fit fuses the hidden-state head, the n-gram head, the zero-shot
+    readout and the input-mean head: on BANKING77's training rows 0.58, 0.34, 0.03, 0.14 (without the
+    input-mean head 0.67, 0.38, 0.03)."""
     import numpy as np
     from scipy.optimize import minimize
 

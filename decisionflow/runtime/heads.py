@@ -7,6 +7,10 @@ logistic regression learned from labelled rows (`fitting.head_fit`), or for a sc
 head: the level regressed on the features, read as a normal over the levels, also a linear map. It
 needs no extra pass and no extra token: the features come out of the pass that reads the field anyway.
 
+A fused head weighs the log-probabilities of such a head, of an n-gram head on the input's words, of
+the zero-shot readout and of a head on the input's mean hidden state (the pass that feeds the input hands
+it back): still no extra pass.
+
 A rubric's heads live in one file beside it, `triage.yaml` -> `triage.heads.safetensors`: per fitted
 field its weights, bias and feature standardisation, and in the file's header the metadata that
 says what they were fitted for (model and rubric fingerprints, the prompt, each field's answers and
@@ -642,4 +646,5 @@ def describe(info: FieldHeadInfo) -> dict[str, Any]:
     """A field's fit in one JSON-able dict (what `/v1/rubrics` and `fit --json` show)."""
     return {"readout": info.readout, "head": info.head if info.readout == "fitted" else None, "rows": info.rows,
             "candidates": {k: v.model_dump() for k, v in info.candidates.items()},
-            **({"fusion": list(info.fusion)} if info.fusion else {}), **({"why": info.why} if info.why else {})}
+            **({"fusion": list(info.fusion)} if info.fusion else {}),
+            **({"mean_layers": list(info.mean_layers)} if info.mean_layers else {}), **({"why": info.why} if info.why else {})}

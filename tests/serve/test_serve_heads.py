@@ -183,7 +183,8 @@ def _tampered(fitted_heads_file: Path, target: Path, **changes) -> Path:
     from decisionflow.runtime.heads import Heads
 
     heads = Heads.load(fitted_heads_file)
-    return Heads(heads.metadata.model_copy(update=changes), heads.heads).save(target)
+    return Heads(heads.metadata.model_copy(update=changes), heads.heads, ngram=heads.ngram, lexicon=heads.lexicon,
+                 input_mean=heads.input_mean).save(target)
 
 
 MISFITS = {
