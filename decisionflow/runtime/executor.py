@@ -15,9 +15,10 @@ Derived fields are computed in code as soon as the fields they read are settled 
 With fitted heads (`runtime.heads`), the same pass also hands back the hidden states at each fitted
 field's answer position, and the field's head turns them (with the zero-shot distribution) into the
 field's answer. A fused head with an input-mean member also reads the hidden states averaged over the
-input's positions: the pass that feeds a request's input hands those back too (`input_means`). To fit heads, `capture` keeps those features per field, and `RequestState.forced`
-writes a row's gold answers into the prompt instead of the model's, so dependent fields are read
-as they would be under the right parent answer.
+input's positions: the pass that feeds a request's input averages them on the device and hands them back
+with the answer positions' states (`RequestState.input_means`). To fit heads, `capture` keeps those
+features per field, and `RequestState.forced` writes a row's gold answers into the prompt instead of the
+model's, so dependent fields are read as they would be under the right parent answer.
 
 A field with `options_by` reads the row offering its parent's answer's options. A field with
 `marginalize: K` is read under each of its parent's top-K answers in the same pass: for every other
@@ -193,9 +194,12 @@ def execute(
         spent += (time.perf_counter() - began) * 1000
         by_read = None
         if features is not None:
-            keep_input_means(averaged, features[len(feature_rows):], layers, mean_layers)
-            # One transfer for the pass; each read's row, cut to the layers a head or the capture reads.
-            by_read = _layer_slices(features[: len(feature_rows)].cpu(), layers) if feature_rows else None
+            means = average_inputs(averaged, features[len(feature_rows):])
+            # One transfer for the pass: each read's row, cut to the layers a head or the capture reads, then
+            # each fed input's mean.
+            host = torch.cat([features[: len(feature_rows)], means]).cpu()
+            by_read = _layer_slices(host[: len(feature_rows)], layers) if feature_rows else None
+            keep_input_means(averaged, host[len(feature_rows):], layers, mean_layers)
         readings = read_fields(logprobs, rows, gathered)
         read_round(compiled, round_, requests, reads, readings, calibration, priors, heads, by_read, capture,
                    capture_means)
@@ -203,18 +207,23 @@ def execute(
     return spent
 
 
-def keep_input_means(states: Sequence[RequestState], rows: torch.Tensor, layers: Sequence[int],
-                     mean_layers: Sequence[int]) -> None:
-    """Each request's input rows (in `states` order, `state.input_rows` each) averaged, on the pass's device,
-    kept per mean layer in `state.input_means`."""
-    if not states:
-        return
-    counts = torch.tensor([len(state.input_rows) for state in states], device=rows.device)
+def average_inputs(states: Sequence[RequestState], rows: torch.Tensor) -> torch.Tensor:
+    """[len(states), width]: each request's input rows (`rows` holds them in `states` order, as many as its
+    `input_rows`) averaged, on the pass's device."""
+    counts = torch.tensor([len(state.input_rows) for state in states], device=rows.device, dtype=torch.long)
     segments = torch.repeat_interleave(torch.arange(len(states), device=rows.device), counts)
     sums = torch.zeros(len(states), rows.shape[1], dtype=rows.dtype, device=rows.device).index_add_(0, segments, rows)
-    means = LayerFeatures((sums / counts[:, None].to(rows.dtype)).cpu(), *_offsets(rows.shape[1], layers))
+    return sums / counts[:, None].to(rows.dtype)
+
+
+def keep_input_means(states: Sequence[RequestState], means: torch.Tensor, layers: Sequence[int],
+                     mean_layers: Sequence[int]) -> None:
+    """Each request's mean (a row of `means`, every layer of `layers` side by side) kept per mean layer."""
+    if not states:
+        return
+    by_layer = _layer_slices(means, layers)
     for index, state in enumerate(states):
-        state.input_means.update({layer: means.of(index, (layer,)) for layer in mean_layers})
+        state.input_means.update({layer: by_layer.of(index, (layer,)) for layer in mean_layers})
 
 
 def _layer_slices(features: torch.Tensor, layers: Sequence[int]) -> LayerFeatures:
@@ -249,6 +258,7 @@ def pack_round(compiled: CompiledRubric, round_: Round, requests: list[RequestSt
     reads: list[Read] = []
     rubric = compiled.rubric
     for r, state in enumerate(requests):
+        state.input_rows = []  # positions of the last pass that fed this request mean nothing in this one
         plans: list[tuple[str, list[Hypothesis]]] = []
         for name in round_.fields:
             spec = rubric.fields[name]
@@ -266,7 +276,8 @@ def pack_round(compiled: CompiledRubric, round_: Round, requests: list[RequestSt
         for token in state.pending:
             last = packed.add(token, parent=last, request=r, keep=True)
             chain.append(last)
-        state.input_rows = [] if state.input_fed else chain[: len(state.input_tokens)]
+        if not state.input_fed:
+            state.input_rows = chain[: len(state.input_tokens)]
         for name, hypotheses in plans:
             spec = rubric.fields[name]
             for hypothesis in hypotheses:

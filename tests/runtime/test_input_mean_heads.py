@@ -64,6 +64,27 @@ def test_the_pass_that_feeds_the_input_hands_back_its_mean_to_every_round(engine
     assert without[0]["code"].input_mean is None
 
 
+GATED = Rubric.model_validate({"name": "gated", "pin_first": False, "fields": {
+    "sentiment": {"kind": "choice", "question": "Whether the sentence is negative or positive", "options": ["negative", "positive"]},
+    "code": {"kind": "choice", "question": "Which code the sentence gets", "options": ["k1", "k2"],
+             "when": {"sentiment": ["positive"]}},
+}})
+
+
+@pytest.mark.model
+def test_a_request_with_nothing_to_read_in_a_later_pass_keeps_its_mean(engine):
+    # The long input's second field is not asked: the next pass holds only the short input's row, and
+    # the long input's positions in the first pass must not be read in it.
+    texts = [TEXTS[1] * 4, TEXTS[2]]
+    _, captured = engine.read_features(GATED, texts, layers=(-1,), mean_layers=(-8,),
+                                       write=[{"sentiment": "negative"}, {"sentiment": "positive"}])
+    assert set(captured[0]) == {"sentiment"} and set(captured[1]) == {"sentiment", "code"}
+    for text, reads in zip(texts, captured):
+        expected = reference_mean(engine, GATED, text, (-8,))
+        for read in reads.values():
+            assert torch.allclose(read.input_mean, expected, atol=1e-4)
+
+
 def mean_only_data(rows_per_tag: int = 12):
     """Answer-position states and words that carry nothing, an input mean whose first coordinate says the tag."""
     data = synthetic_data(rows_per_tag)
