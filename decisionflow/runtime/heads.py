@@ -27,7 +27,7 @@ import math
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
@@ -331,22 +331,16 @@ class Heads:
     @property
     def layers(self) -> tuple[int, ...]:
         """Every hidden layer some fitted head reads (the pass captures these)."""
-        found: list[int] = []
-        for name in self.fitted_fields:
-            info = self.metadata.fields[name]
-            if info.reads_hidden:
-                found += [layer for layer in info.layers if layer not in found]
-        return tuple(found)
+        return self._read_layers(lambda info: info.layers if info.reads_hidden else ())
 
     @property
     def mean_layers(self) -> tuple[int, ...]:
         """Every layer whose mean over the input's positions some fitted head reads (the pass captures these)."""
-        found: list[int] = []
-        for name in self.fitted_fields:
-            info = self.metadata.fields[name]
-            if info.reads_means:
-                found += [layer for layer in info.mean_layers if layer not in found]
-        return tuple(found)
+        return self._read_layers(lambda info: info.mean_layers if info.reads_means else ())
+
+    def _read_layers(self, of: Callable[[FieldHeadInfo], tuple[int, ...]]) -> tuple[int, ...]:
+        """The layers `of` each fitted field's info, each once, in the fields' order."""
+        return tuple(dict.fromkeys(layer for name in self.fitted_fields for layer in of(self.metadata.fields[name])))
 
     def words(self, payload: Any) -> torch.Tensor | None:
         """The input's word vector for the n-gram heads (None when no fitted field reads words)."""
