@@ -64,6 +64,25 @@ def machine() -> dict[str, Any]:
     }
 
 
+def interleaved_medians(engine: Any, rubric: Any, texts: list[str], variants: dict[str, Any], repeats: int) -> tuple[dict[str, float], Any]:
+    """Median milliseconds of one `engine.decide` per text under each variant's heads (None: zero-shot),
+    interleaved text by text so the variants share the machine's state; and the last decision."""
+    import statistics
+    import time
+
+    for heads in variants.values():
+        engine.decide(rubric, texts[0], heads=heads)  # warm every path
+    timings: dict[str, list[float]] = {label: [] for label in variants}
+    decision = None
+    for _ in range(repeats):
+        for text in texts:
+            for label, heads in variants.items():
+                began = time.perf_counter()
+                decision = engine.decide(rubric, text, heads=heads)
+                timings[label].append((time.perf_counter() - began) * 1000)
+    return {label: statistics.median(values) for label, values in timings.items()}, decision
+
+
 def write_results(path: Path | None, results: dict[str, Any]) -> None:
     """`results` with the machine they were measured on, as JSON at `path` (nothing when no path is given)."""
     if path is None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import DATA, ROOT, SETS, read_csv, subsample
+from benchmarks.common import DATA, ROOT, SETS, interleaved_medians, read_csv, subsample
 from decisionflow.fitting import fit_heads
 from decisionflow.runtime.heads import DEFAULT_LAYERS, ZERO_SHOT_FLOOR
 
@@ -187,8 +187,6 @@ def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean
 
 def study_overhead(engine, name: str, repeats: int = 5, requests: int = 40) -> dict:
     """Per-request latency with and without fitted heads, interleaved in one run (same texts, same engine)."""
-    import statistics
-
     from decisionflow.spec import load_rubric
 
     rubric_path, field, column = SETS[name]
@@ -199,16 +197,8 @@ def study_overhead(engine, name: str, repeats: int = 5, requests: int = 40) -> d
     fit = fit_heads(engine, rubric, [(r["text"], {field: r[column]}) for r in rows], significance=1.0)
     heads = fit.heads
     texts = [r["text"] for r in read_csv(DATA / name / "dev.csv")[:requests]]
-    engine.decide(rubric, texts[0]), engine.decide(rubric, texts[0], heads=heads)  # warm both paths
-    timings: dict[str, list[float]] = {"zero_shot": [], "fitted": []}
-    for _ in range(repeats):
-        for text in texts:
-            for label, chosen in (("zero_shot", None), ("fitted", heads)):
-                began = time.perf_counter()
-                decision = engine.decide(rubric, text, heads=chosen)
-                timings[label].append((time.perf_counter() - began) * 1000)
-        assert not heads.fitted_fields or decision.fields[field].method != "zero_shot", "the fitted head did not answer"
-    medians = {label: statistics.median(values) for label, values in timings.items()}
+    medians, decision = interleaved_medians(engine, rubric, texts, {"zero_shot": None, "fitted": heads}, repeats)
+    assert not heads.fitted_fields or decision.fields[field].method != "zero_shot", "the fitted head did not answer"
     ratio = medians["fitted"] / medians["zero_shot"]
     print(f"| {name} | {len(texts)} x {repeats} | {medians['zero_shot']:.1f} | {medians['fitted']:.1f} | {ratio:.3f} |",
           flush=True)

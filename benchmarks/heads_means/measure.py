@@ -92,26 +92,15 @@ def evaluate(name: str, scratch: Path, variant: str) -> dict[str, Any]:
 
 def overhead(engine: Any, name: str, scratch: Path, *, requests: int = 40, repeats: int = 5) -> dict[str, Any]:
     """Per-request latency with the heads fitted with and without the mean member, interleaved (same texts)."""
-    import statistics
-
-    from benchmarks.common import read_csv
+    from benchmarks.common import interleaved_medians, read_csv
     from decisionflow.runtime.heads import Heads
     from decisionflow.spec import load_rubric
 
-    rubric_path, field, _ = SETS[name]
+    rubric_path, _, _ = SETS[name]
     rubric = load_rubric(scratch / Path(rubric_path).name)
     heads = {variant: Heads.load(scratch / f"{variant}.heads.safetensors") for variant in ("with_mean", "without_mean")}
     texts = [row["text"] for row in read_csv(DATA / name / "dev.csv")[:requests]]
-    for chosen in heads.values():
-        engine.decide(rubric, texts[0], heads=chosen)  # warm both paths
-    timings: dict[str, list[float]] = {variant: [] for variant in heads}
-    for _ in range(repeats):
-        for text in texts:
-            for variant, chosen in heads.items():
-                began = time.perf_counter()
-                engine.decide(rubric, text, heads=chosen)
-                timings[variant].append((time.perf_counter() - began) * 1000)
-    medians = {variant: statistics.median(values) for variant, values in timings.items()}
+    medians, _ = interleaved_medians(engine, rubric, texts, heads, repeats)
     print(f"{name}: median ms with the mean member {medians['with_mean']:.1f}, without {medians['without_mean']:.1f}",
           flush=True)
     return {"requests": len(texts), "repeats": repeats, "median_ms": medians,

@@ -251,7 +251,7 @@ def fit_examples(
     n-gram head, and its fusion with the hidden-state head and the zero-shot readout.
     `mean_layers`: the layers whose mean over the input's positions the fusion's fourth member reads
     (default `heads.DEFAULT_MEAN_LAYERS`, those of them the model has; empty: no such member). Read only
-    where the fusion is tried (`words`).
+    where the fusion is tried (`words`, and a labelled choice or boolean field).
     """
     count = engine.backend.layer_count
     if layers is None:
@@ -259,9 +259,12 @@ def fit_examples(
     if not layers:
         raise DataError("a head needs at least one hidden layer to read")
     rubric = rubric_of(target)
+    labelled = [name for name in rubric.fields if any(name in e.labels for e in examples)]
+    # Words and the fusion are tried for choice and boolean fields; the input means serve only the fusion.
+    fuses = words and any(rubric.fields[name].kind is not FieldKind.SCORE for name in labelled)
     if mean_layers is None:
         mean_layers = tuple(layer for layer in DEFAULT_MEAN_LAYERS if -count <= layer < count)
-    mean_layers = tuple(mean_layers) if words else ()
+    mean_layers = tuple(mean_layers) if fuses else ()
     bad = [layer for layer in (*layers, *mean_layers) if not -count <= layer < count]
     if bad:
         raise DataError(f"layer {bad[0]} does not exist: the model has {count} layers (use -1 .. -{count})")
@@ -283,9 +286,8 @@ def fit_examples(
     heads: dict[str, FieldHead] = {}
     ngram: dict[str, NgramHead] = {}
     input_mean: dict[str, FieldHead] = {}
-    labelled = [name for name in rubric.fields if any(name in e.labels for e in examples)]
     lexicon = None
-    if words and any(rubric.fields[name].kind is not FieldKind.SCORE for name in labelled):
+    if fuses:
         # The rows read, each once (a row labelling several fields counts once towards a gram's frequency).
         lexicon = fit_lexicon([lexical_text(e.text) for e, reads in zip(examples, captured)
                                if reads is not None and e.index not in failed])
@@ -422,16 +424,10 @@ def fit_field(
         from threadpoolctl import threadpool_limits
     except ImportError as error:
         raise Unavailable(f"fitting heads needs scikit-learn ({error.name} is missing): pip install scikit-learn") from None
-    x = torch.stack(data.hidden)
-    if zero_shot_features:
-        x = torch.cat([x, torch.stack(data.zero_shot)], dim=1)
-    features = x.float().numpy()
+    features = _head_features(data.hidden, data.zero_shot if zero_shot_features else None)
     mean_features = None
-    if words is not None and mean_layers and data.input_mean and len(data.input_mean) == len(data.gold):
-        m = torch.stack(data.input_mean)
-        if zero_shot_features:
-            m = torch.cat([m, torch.stack(data.zero_shot)], dim=1)
-        mean_features = m.float().numpy()
+    if words is not None and mean_layers and len(data.input_mean) == len(data.gold):
+        mean_features = _head_features(data.input_mean, data.zero_shot if zero_shot_features else None)
     gold = np.asarray(data.gold)
     if short:  # some level has too few rows to stratify on (a score field)
         splits = min(folds, len(gold))
@@ -447,27 +443,21 @@ def fit_field(
         # Folds with one row of some answer, or a fold stopped at max_iter, are expected with few rows:
         # the cross-validated figure is the evidence, not the optimiser's warnings.
         warnings.simplefilter("ignore")
+        def path(x: Any, y: Any) -> _PathHead:
+            return _fit_path(x, y, regularisation)
+
         if multinomial:
-            held_out = np.full((len(gold), len(labels)), -np.inf)
-            for train, test in folded:
-                path = _fit_path(features[train], gold[train], regularisation)
-                held_out[np.ix_(test, path.classes)] = path.scores(features[test])
+            held_out = _held_out(path, features, gold, folded, len(labels))
             tried["fitted"] = held_out
         if words is not None:
-            held_words = np.full((len(gold), len(labels)), -np.inf)
-            for train, test in folded:
-                regression = fit_words(words[train], gold[train])
-                held_words[np.ix_(test, regression.classes)] = regression.scores(words[test])
+            held_words = _held_out(fit_words, words, gold, folded, len(labels))
             tried["ngram"] = held_words
             temperatures = {"fitted": _temperature(held_out, gold), "ngram": _temperature(held_words, gold)}
             parts = [_log_softmax(held_out / temperatures["fitted"]), _log_softmax(held_words / temperatures["ngram"]),
                      torch.stack(data.zero_shot).double().numpy()]
             start = list(FUSION_START)
             if mean_features is not None:
-                held_means = np.full((len(gold), len(labels)), -np.inf)
-                for train, test in folded:
-                    path = _fit_path(mean_features[train], gold[train], regularisation)
-                    held_means[np.ix_(test, path.classes)] = path.scores(mean_features[test])
+                held_means = _held_out(path, mean_features, gold, folded, len(labels))
                 temperatures["input_mean"] = _temperature(held_means, gold)
                 parts.append(_log_softmax(held_means / temperatures["input_mean"]))
                 start.append(MEAN_FUSION_START)
@@ -493,14 +483,14 @@ def fit_field(
         head, word_head, mean_head, spread, temperature = None, None, None, None, 1.0
         if wins and best in ("fitted", "fused"):
             temperature = _temperature(tried["fitted"], gold, log_bounds=TEMPERATURE_LOG_BOUNDS)
-            head = _fit_path(features, gold, regularisation).head(temperature, len(labels))
+            head = path(features, gold).head(temperature, len(labels))
         if wins and best in ("ngram", "fused"):
             word_head = NgramHead(*fit_words(words, gold).tensors(temperatures["ngram"], len(labels), UNSEEN_BIAS))
-        if wins and best == "fused" and mean_features is not None:
-            mean_head = _fit_path(mean_features, gold, regularisation).head(temperatures["input_mean"], len(labels))
         elif wins and best == "ordinal":
             spread = _spread(tried["ordinal"], gold, values)
             head = _fit_ordinal(features, values[gold]).head(values, spread)
+        if wins and best == "fused" and mean_features is not None:
+            mean_head = path(mean_features, gold).head(temperatures["input_mean"], len(labels))
     test = "Wilcoxon" if score else "McNemar"
     note = "" if wins else (
         (f"the zero-shot readout was at least as {'near the gold level' if score else 'accurate'} "
@@ -520,6 +510,27 @@ def fit_field(
     return info, fitted, _overconfidence_warning(name, fitted.any and candidates[best].accuracy == 1.0,
                                                  head is not None and best in ("fitted", "fused") and temperature
                                                  <= math.exp(TEMPERATURE_LOG_BOUNDS[0]) * (1 + 1e-3))
+
+
+def _head_features(hidden: Sequence[torch.Tensor], zero_shot: Sequence[torch.Tensor] | None) -> Any:
+    """[rows, features] float32: the hidden states a linear head reads, then the zero-shot log-probabilities
+    where it reads them."""
+    x = torch.stack(list(hidden))
+    if zero_shot is not None:
+        x = torch.cat([x, torch.stack(list(zero_shot))], dim=1)
+    return x.float().numpy()
+
+
+def _held_out(fit: Callable[[Any, Any], Any], x: Any, gold: Any, folded: Sequence[tuple[Any, Any]], answers: int) -> Any:
+    """[rows, answers]: each row's scores from the model `fit(x, gold)` fitted without its fold (anything with
+    `classes` and `scores`); an answer the fold's rows lacked scores -inf."""
+    import numpy as np
+
+    held = np.full((len(gold), answers), -np.inf)
+    for train, test in folded:
+        model = fit(x[train], gold[train])
+        held[np.ix_(test, model.classes)] = model.scores(x[test])
+    return held
 
 
 def _why(best: str, candidates: Mapping[str, Candidate], *, score: bool) -> str:

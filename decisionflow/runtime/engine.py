@@ -277,9 +277,10 @@ class Engine:
         captured: list[Any] | None = None, capture_means: Sequence[int] = (),
     ) -> list[Decision | DecisionflowError]:
         """`internal`: the engine's own reading (of content-free inputs), which never reports the
-        rubric's preparation: the first request of the caller's does. `capture`, `forced` and
-        `captured` serve fitting: the hidden layers to keep, per input the answers to write instead of
-        the model's, and a list that receives per input what each field's head would read."""
+        rubric's preparation: the first request of the caller's does. `capture`, `capture_means`, `forced`
+        and `captured` serve fitting: the hidden layers to keep, those to average over each input, per
+        input the answers to write instead of the model's, and a list that receives per input what each
+        field's head would read."""
         rubric = rubric_of(target)
         if calibration is not None:
             calibration.check(rubric)

@@ -189,7 +189,7 @@ def execute(
         input_rows = [row for state in averaged for row in state.input_rows]
         logprobs, features, gathered = backend.run_pass_with_features(
             head, [s.context for s in requests], packed, [p for r in reads for p in r.positions],
-            layers if feature_rows or input_rows else (), feature_rows + input_rows, gather_index(rows),
+            layers, feature_rows + input_rows, gather_index(rows),
         )
         spent += (time.perf_counter() - began) * 1000
         by_read = None

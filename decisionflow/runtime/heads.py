@@ -404,12 +404,10 @@ class Heads:
             raise HeadsError(problem)
         path.parent.mkdir(parents=True, exist_ok=True)
         tensors = {}
-        for name, head in self.heads.items():
-            for part in ("weight", "bias", "mean", "scale"):
-                tensors[f"{name}.{part}"] = getattr(head, part).detach().float().contiguous().cpu()
-        for name, head in self.input_mean.items():
-            for part in ("weight", "bias", "mean", "scale"):
-                tensors[f"{name}.input_mean.{part}"] = getattr(head, part).detach().float().contiguous().cpu()
+        for prefix, linear in ((LINEAR_HEAD, self.heads), (INPUT_MEAN_HEAD, self.input_mean)):
+            for name, head in linear.items():
+                for part in LINEAR_PARTS:
+                    tensors[f"{name}.{prefix}{part}"] = getattr(head, part).detach().float().contiguous().cpu()
         for name, head in self.ngram.items():
             tensors[f"{name}.ngram.weight"] = head.weight.detach().float().contiguous().cpu()
             tensors[f"{name}.ngram.bias"] = head.bias.detach().float().contiguous().cpu()
@@ -479,9 +477,9 @@ class Heads:
                                          or not all(math.isfinite(w) for w in info.fusion)):
                 count = {3: "three", 4: "four"}[info.members]
                 raise HeadsError(f"{path}: field {name!r}: a fused head without its {count} finite weights; fit again")
-            heads[name] = _linear_head(path, name, "", info, tensors)
+            heads[name] = _linear_head(path, name, LINEAR_HEAD, info, tensors)
             if info.reads_means:
-                input_mean[name] = _linear_head(path, name, "input_mean.", info, tensors)
+                input_mean[name] = _linear_head(path, name, INPUT_MEAN_HEAD, info, tensors)
         fitted_on = tensors.get(FITTED_ON_KEY)
         if fitted_on is not None and (fitted_on.dtype != torch.int64 or fitted_on.ndim != 1):
             fitted_on = None  # a damaged record of the fitting rows only loses the overlap warning
@@ -553,13 +551,17 @@ class Heads:
 
 
 LEXICON_IDF = "lexicon.idf"
+LINEAR_PARTS = ("weight", "bias", "mean", "scale")
+LINEAR_HEAD, INPUT_MEAN_HEAD = "", "input_mean."
+"""How a field's linear heads' tensors are named: `NAME.weight` (the answer position's), `NAME.input_mean.weight`."""
 
 
 def _linear_head(path: Path, name: str, prefix: str, info: FieldHeadInfo, tensors: dict[str, torch.Tensor]) -> FieldHead:
-    """A field's linear head on hidden states (`prefix` "": the answer position's; "input_mean.": the input's mean)."""
-    what = "the input-mean head" if prefix else "the head"
+    """A field's linear head on hidden states (`prefix` LINEAR_HEAD: the answer position's; INPUT_MEAN_HEAD: the
+    input's mean)."""
+    what = "the input-mean head" if prefix == INPUT_MEAN_HEAD else "the head"
     try:
-        parts = [tensors[f"{name}.{prefix}{part}"].float() for part in ("weight", "bias", "mean", "scale")]
+        parts = [tensors[f"{name}.{prefix}{part}"].float() for part in LINEAR_PARTS]
     except KeyError as missing:
         raise HeadsError(f"{path}: field {name!r} is marked fitted but its tensor {missing} is missing") from None
     weight, bias, mean, scale = parts
