@@ -56,8 +56,8 @@ def collect(engine, name: str, split: str, cache: Path, *, with_means: bool = Tr
         packed, last = PackedPass(), -1
         for token in tokens:
             last = packed.add(token, parent=last, request=0)
-        _, features, _ = engine.backend.run_pass_with_features(prepared.head, [RequestContext()], packed, [last], LAYERS,
-                                                            list(range(len(tokens))))
+        features = engine.backend.run_pass_with_features(prepared.head, [RequestContext()], packed, [last], LAYERS,
+                                                         list(range(len(tokens)))).features
         means.append(features.mean(dim=0))
     keep = [i for i, c in enumerate(captured) if c is not None and field in c]
     data = {

@@ -27,13 +27,14 @@ nothing is read back: the readout fetches the log-probs it needs once, after the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple, Sequence
 
 import torch
 
 from ..compiler.tree import tree_chains, tree_depths
 from .branch_attention import attention_path, branch_attention, fold_mask, padded_branch_attention
-from .forward import KV, Attend, Capture, DecoderParts, causal_attend, logprobs_at, run_layers
+from .forward import KV, Attend, Capture, DecoderParts, Pool, causal_attend, logprobs_at, run_layers
 from .ops import TritonOps, choose_ops
 
 
@@ -69,6 +70,20 @@ class PassOutput(NamedTuple):
     """The hidden states fitted heads read (None when no layer was asked for)."""
     gathered: torch.Tensor | None
     """The log-probs at the (row, token) pairs asked for, still on the device (None when none were)."""
+    means: torch.Tensor | None = None
+    """[groups, hidden * pool layers] float32: the pool's rows averaged per group, still on the device
+    (None when no pool was asked for)."""
+
+
+class InputPool(NamedTuple):
+    """Rows of a pass to average in groups at some layers: each request's input positions, for the heads
+    that read the input's mean hidden state."""
+
+    layers: tuple[int, ...]
+    rows: Sequence[int]
+    """Positions in the pass, group after group."""
+    sizes: Sequence[int]
+    """How many of `rows` each group has (each at least 1)."""
 
 
 @dataclass
@@ -220,12 +235,14 @@ class TransformersBackend:
         feature_layers: Sequence[int] = (),
         feature_positions: Sequence[int] = (),
         gather: tuple[Sequence[int], Sequence[int]] | None = None,
+        pool: InputPool | None = None,
     ) -> PassOutput:
         """`run_pass`, also returning the hidden states of `feature_layers` at `feature_positions` of the
         pass ([len(feature_positions), hidden * layers] float32, see `forward.Capture`; None when no
         layer is asked for): the features fitted heads read, from the same pass. `gather`: (rows,
         tokens) of the log-probs the readout needs (`readout.gather_index`), gathered on the device; its
-        index travels in the pass's one upload."""
+        index travels in the pass's one upload. `pool`: rows averaged per group inside the pass
+        (`PassOutput.means`)."""
         path = self.attention
         layout = self.lay_out(head, contexts, packed, visibility=path == "blockwise")
         # Everything the pass needs on the device goes in one host tensor: one copy, made up front.
@@ -233,6 +250,8 @@ class TransformersBackend:
             "ids": packed.tokens, "positions": layout.positions, "reads": list(read_positions),
             "features": list(feature_positions) if feature_layers and feature_positions else [],
             "gather": torch.tensor([list(gather[0]), list(gather[1])]) if gather else torch.empty(2, 0),
+            "pool_rows": list(pool.rows) if pool is not None else [],
+            "pool_sizes": list(pool.sizes) if pool is not None else [],
         }
         kept_counts = self._kept(contexts, packed, sections)
         padding = (0, 0, 0, 0)
@@ -248,13 +267,17 @@ class TransformersBackend:
         else:
             attend = self._blockwise_attention(head, contexts, layout)
         capture = None
-        if len(on_device["features"]):
-            capture = Capture(feature_layers, len(self.parts.layers), on_device["features"])
+        pooled = Pool(tuple(pool.layers), on_device["pool_rows"], on_device["pool_sizes"]) if pool and pool.layers and pool.rows else None
+        if len(on_device["features"]) or pooled is not None:
+            capture = Capture(feature_layers, len(self.parts.layers), on_device["features"],
+                              partial(self.ops.norm, self.parts.norm), pooled)
         hidden, new_kv = run_layers(self.parts, on_device["ids"], on_device["positions"], attend, self.ops, capture)
         logprobs = logprobs_at(self.parts, hidden, on_device["reads"], self.ops)
         self.keep_tokens(contexts, new_kv, on_device["kept"], kept_counts)
         gathered = logprobs[on_device["gather"][0], on_device["gather"][1]] if gather else None
-        return PassOutput(logprobs, capture.features(self.parts, self.ops) if capture is not None else None, gathered)
+        if capture is None:
+            return PassOutput(logprobs, None, gathered)
+        return PassOutput(logprobs, capture.features(), gathered, capture.pooled_means())
 
     def _upload(self, sections: dict[str, list[int] | torch.Tensor]) -> dict[str, torch.Tensor]:
         """The pass's integers on the device, by section (a list, or a host tensor keeping its shape):

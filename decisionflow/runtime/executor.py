@@ -15,7 +15,8 @@ Derived fields are computed in code as soon as the fields they read are settled 
 With fitted heads (`runtime.heads`), the same pass also hands back the hidden states at each fitted
 field's answer position, and the field's head turns them (with the zero-shot distribution) into the
 field's answer. A fused head with an input-mean member also reads the hidden states averaged over the
-input's positions: the pass that feeds a request's input averages them on the device and hands them back
+input's positions: the pass that feeds a request's input averages them on the device as each layer is done
+(`backend.InputPool`, so it holds no input token's state longer than a layer) and hands them back
 with the answer positions' states (`RequestState.input_means`). To fit heads, `capture` keeps those
 features per field, and `RequestState.forced` writes a row's gold answers into the prompt instead of the
 model's, so dependent fields are read as they would be under the right parent answer.
@@ -42,7 +43,7 @@ from ..compiler import CompiledField, CompiledRubric
 from ..errors import ContextLengthError, InputError, ModelError
 from ..spec.plan import Plan, Round
 from ..spec.rubric import FieldKind, FieldSpec, Value, label_of
-from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
+from .backend import HeadCache, InputPool, PackedPass, RequestContext, TransformersBackend
 from .calibration import Calibration
 from .debias import Debias, Priors
 from .derive import Joint, derive_field
@@ -176,7 +177,6 @@ def execute(
     spent = 0.0
     mean_layers = tuple(dict.fromkeys([*(heads.mean_layers if heads is not None else ()), *capture_means]))
     read_layers = tuple(dict.fromkeys([*(heads.layers if heads is not None else ()), *capture]))
-    layers = tuple(dict.fromkeys([*read_layers, *mean_layers]))
     for round_ in plan.rounds:
         packed, reads = pack_round(compiled, round_, requests)
         settle_derived(compiled, plan, requests, round_.index)
@@ -186,44 +186,37 @@ def execute(
         rows = read_rows(reads)
         feature_rows = [r.positions[r.row.root_read] for r in reads] if read_layers else []
         averaged = [state for state in requests if state.input_rows] if mean_layers else []
-        input_rows = [row for state in averaged for row in state.input_rows]
-        logprobs, features, gathered = backend.run_pass_with_features(
+        pool = InputPool(mean_layers, [row for state in averaged for row in state.input_rows],
+                         [len(state.input_rows) for state in averaged]) if averaged else None
+        out = backend.run_pass_with_features(
             head, [s.context for s in requests], packed, [p for r in reads for p in r.positions],
-            layers, feature_rows + input_rows, gather_index(rows),
+            read_layers, feature_rows, gather_index(rows), pool,
         )
         spent += (time.perf_counter() - began) * 1000
-        by_read = None
-        if features is not None:
-            means = average_inputs(averaged, features[len(feature_rows):])
-            # One transfer for the pass: each read's row, cut to the layers a head or the capture reads, then
-            # each fed input's mean.
-            host = torch.cat([features[: len(feature_rows)], means]).cpu()
-            by_read = _layer_slices(host[: len(feature_rows)], layers) if feature_rows else None
-            keep_input_means(averaged, host[len(feature_rows):], layers, mean_layers)
-        readings = read_fields(logprobs, rows, gathered)
+        by_read = _keep_features(out.features, out.means, read_layers, averaged, mean_layers)
+        readings = read_fields(out.logprobs, rows, out.gathered)
         read_round(compiled, round_, requests, reads, readings, calibration, priors, heads, by_read, capture,
                    capture_means)
         settle_derived(compiled, plan, requests, round_.index)
     return spent
 
 
-def average_inputs(states: Sequence[RequestState], rows: torch.Tensor) -> torch.Tensor:
-    """[len(states), width]: each request's input rows (`rows` holds them in `states` order, as many as its
-    `input_rows`) averaged, on the pass's device."""
-    counts = torch.tensor([len(state.input_rows) for state in states], device=rows.device, dtype=torch.long)
-    segments = torch.repeat_interleave(torch.arange(len(states), device=rows.device), counts)
-    sums = torch.zeros(len(states), rows.shape[1], dtype=rows.dtype, device=rows.device).index_add_(0, segments, rows)
-    return sums / counts[:, None].to(rows.dtype)
-
-
-def keep_input_means(states: Sequence[RequestState], means: torch.Tensor, layers: Sequence[int],
-                     mean_layers: Sequence[int]) -> None:
-    """Each request's mean (a row of `means`, every layer of `layers` side by side) kept per mean layer."""
-    if not states:
-        return
-    by_layer = _layer_slices(means, layers)
-    for index, state in enumerate(states):
-        state.input_means.update({layer: by_layer.of(index, (layer,)) for layer in mean_layers})
+def _keep_features(features: torch.Tensor | None, means: torch.Tensor | None, read_layers: Sequence[int],
+                   averaged: Sequence[RequestState], mean_layers: Sequence[int]) -> LayerFeatures | None:
+    """Bring a pass's features to the host in one transfer: each read's row at `read_layers` (returned,
+    for the heads and the capture), then each fed input's mean, kept per mean layer in its request."""
+    parts = [part for part in (features, means) if part is not None]
+    if not parts:
+        return None
+    host = torch.cat([part.reshape(-1) for part in parts]).cpu()
+    by_read = None
+    if features is not None:
+        by_read = _layer_slices(host[: features.numel()].view(features.shape), read_layers)
+    if means is not None:
+        by_layer = _layer_slices(host[host.numel() - means.numel():].view(means.shape), mean_layers)
+        for index, state in enumerate(averaged):
+            state.input_means.update({layer: by_layer.of(index, (layer,)) for layer in mean_layers})
+    return by_read
 
 
 def _layer_slices(features: torch.Tensor, layers: Sequence[int]) -> LayerFeatures:

@@ -79,7 +79,8 @@ def run_layers(
     Returns the last layer's hidden states [1, n, hidden] (before the final norm) and every layer's
     keys and values of these tokens (after rotary embedding), for the caller to keep what it needs.
     Each residual add is fused with the norm that follows it (`ops.add_norm`). With `capture`, the
-    residual stream after each of its layers is kept at its rows (`Capture.features`).
+    residual stream after each of its layers is kept at its rows (`Capture.features`) or averaged over
+    its pool (`Capture.pooled_means`).
     """
     ops = ops or TorchOps()
     hidden = parts.embed(token_ids[None])
@@ -99,7 +100,7 @@ def run_layers(
         out = out.transpose(1, 2).reshape(1, q.shape[2], parts.heads * parts.head_dim)
         x, hidden = ops.add_norm(attention.o_proj(out), hidden, layer.post_attention_layernorm)
         pending = ops.mlp(layer.mlp, x)
-        if capture is not None and index in capture.wanted:
+        if capture is not None and index in capture.layers:
             capture.keep(index, hidden, pending)
     if pending is not None:
         hidden = hidden + pending
@@ -111,21 +112,64 @@ class Capture:
 
     `layers` are counted from the top as Python indexes (-1: the last layer's output, which the LM
     head reads after the final norm; -4: the output of the fourth layer from the top). Each layer's
-    rows pass through the model's final norm, so every layer is on the scale the LM head sees.
+    rows pass through the model's final norm (`norm`), so every layer is on the scale the LM head sees.
+    With `pool`, the rows of its layers are also averaged in groups (each request's input) as soon as a
+    layer is done, so a pass holds one hidden-size vector per group and layer, not one per input token.
     """
 
-    def __init__(self, layers: Sequence[int], layer_count: int, rows: torch.Tensor):
-        self.wanted = {layer_count + layer if layer < 0 else layer: i for i, layer in enumerate(layers)}
+    def __init__(self, layers: Sequence[int], layer_count: int, rows: torch.Tensor,
+                 norm: Callable[[torch.Tensor], torch.Tensor], pool: Pool | None = None):
+        self.wanted = {_index(layer, layer_count): i for i, layer in enumerate(layers)} if len(rows) else {}
         self.rows = rows
-        self.kept: list[torch.Tensor | None] = [None] * len(layers)
+        self.norm = norm
+        self.kept: list[torch.Tensor | None] = [None] * len(self.wanted)
+        self.pool = pool
+        self.pooled = {_index(layer, layer_count): i for i, layer in enumerate(pool.layers)} if pool is not None else {}
+        self.means: list[torch.Tensor | None] = [None] * len(self.pooled)
+        self.layers = set(self.wanted) | set(self.pooled)
 
     def keep(self, index: int, hidden: torch.Tensor, pending: torch.Tensor) -> None:
-        self.kept[self.wanted[index]] = hidden[0, self.rows] + pending[0, self.rows]
+        if index in self.wanted:
+            self.kept[self.wanted[index]] = hidden[0, self.rows] + pending[0, self.rows]
+        if index in self.pooled:
+            assert self.pool is not None
+            rows = self.norm(hidden[0, self.pool.rows] + pending[0, self.pool.rows]).float()
+            self.means[self.pooled[index]] = average_groups(rows, self.pool.sizes)
 
-    def features(self, parts: DecoderParts, ops: Ops | None = None) -> torch.Tensor:
-        """[rows, hidden * layers] float32: each kept layer after the final norm, side by side."""
-        norm = (ops or TorchOps()).norm
-        return torch.cat([norm(parts.norm, kept).float() for kept in self.kept if kept is not None], dim=-1)
+    def features(self) -> torch.Tensor | None:
+        """[rows, hidden * layers] float32: each kept layer after the final norm, side by side (None: no rows)."""
+        if not self.wanted:
+            return None
+        return torch.cat([self.norm(kept).float() for kept in self.kept if kept is not None], dim=-1)
+
+    def pooled_means(self) -> torch.Tensor | None:
+        """[groups, hidden * pool layers] float32: each group's rows averaged per pooled layer, side by side."""
+        if not self.pooled:
+            return None
+        return torch.cat([mean for mean in self.means if mean is not None], dim=-1)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Rows of a pass to average in groups at some layers, on the pass's device: `rows` [m] positions,
+    group after group; `sizes` [groups] how many rows each group has (every size at least 1)."""
+
+    layers: tuple[int, ...]
+    rows: torch.Tensor
+    sizes: torch.Tensor
+
+
+def average_groups(rows: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """[len(sizes), width]: `rows` [sum(sizes), width] averaged group by group, in order, on their device."""
+    sizes = sizes.to(device=rows.device, dtype=torch.long)
+    # output_size: the group of every row is known without reading `sizes` back from the device
+    groups = torch.repeat_interleave(torch.arange(len(sizes), device=rows.device), sizes, output_size=rows.shape[0])
+    sums = torch.zeros(len(sizes), rows.shape[1], dtype=rows.dtype, device=rows.device).index_add_(0, groups, rows)
+    return sums / sizes[:, None].to(rows.dtype)
+
+
+def _index(layer: int, layer_count: int) -> int:
+    return layer_count + layer if layer < 0 else layer
 
 
 def logprobs_at(

@@ -5,6 +5,8 @@ heads file carries it (format 3) and refuses it damaged."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -44,8 +46,8 @@ def reference_mean(engine, rubric, text, layers):
     packed, last = PackedPass(), -1
     for token in tokens:
         last = packed.add(token, parent=last, request=0)
-    _, features, _ = engine.backend.run_pass_with_features(prepared.head, [RequestContext()], packed, [last], layers,
-                                                           list(range(len(tokens))))
+    features = engine.backend.run_pass_with_features(prepared.head, [RequestContext()], packed, [last], layers,
+                                                           list(range(len(tokens)))).features
     return features.mean(dim=0)
 
 
@@ -216,3 +218,62 @@ def test_damaged_mean_members_are_refused(tmp_path):
         twin.check(REVIEW, model="m", prompt="p", hidden_size=4)
     Heads(metadata.model_copy(update={"rubric_fingerprint": rubric_fingerprint(REVIEW)}), hidden, ngram=ngram,
           lexicon=lexicon, input_mean=good.input_mean).check(REVIEW, model="m", prompt="p", hidden_size=4)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("path", ["decoder", "model-forward", "plain-forward"])
+def test_every_backend_averages_the_pool_inside_the_pass_as_the_rows_it_would_hand_back(engine, tmp_path, path):
+    """The pass averages each request's input rows as each layer is done (`InputPool`): the same means as
+    the rows read out of the same pass and averaged after it, on the engine's decoder path (the bundled
+    model), a tiny GPT-2 through its own forward and through the plain per-row reference; and the decoder
+    path holds no input row of any layer past that layer."""
+    from decisionflow.runtime import forward
+    from decisionflow.runtime.backend import InputPool
+
+    if path == "decoder":
+        owner = engine
+    else:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from tiny_models import build
+
+        from decisionflow.runtime.engine import Engine
+        from decisionflow.runtime.model_forward import PlainForwardBackend
+
+        owner = Engine.load(str(build("gpt2", tmp_path / "gpt2", engine.tokenizer)), dtype="float32", persist_heads=False)
+        if path == "plain-forward":
+            owner = Engine(owner.loaded, backend=PlainForwardBackend(owner.loaded.model))
+    assert owner.backend.path == path
+    compiled, _ = owner.compile(CHAINED)
+    prepared = owner.prepared.get(CHAINED)
+    owner.prepared.ensure_head(prepared)
+    packed, rows, sizes, reads = PackedPass(), [], [], []
+    for request, text in enumerate(TEXTS[:2]):
+        last = -1
+        tokens = compiled.request_tokens(text)
+        for token in tokens:
+            last = packed.add(token, parent=last, request=request)
+            rows.append(last)
+        sizes.append(len(tokens))
+        reads.append(last)
+    layers = (-2, -1)
+    kept_rows: list[int] = []
+    original_keep = forward.Capture.keep
+
+    def watched_keep(self, index, hidden, pending):
+        original_keep(self, index, hidden, pending)
+        kept_rows.extend(len(kept) for kept in self.kept if kept is not None)
+
+    forward.Capture.keep = watched_keep
+    try:
+        pooled = owner.backend.run_pass_with_features(prepared.head, [RequestContext(), RequestContext()], packed, reads,
+                                                      pool=InputPool(layers, rows, sizes))
+    finally:
+        forward.Capture.keep = original_keep
+    assert kept_rows == []  # no input row kept past its layer (the forward backends never build a Capture)
+    per_row = owner.backend.run_pass_with_features(prepared.head, [RequestContext(), RequestContext()], packed, reads,
+                                                   layers, rows)
+    expected = torch.stack([part.mean(dim=0) for part in torch.split(per_row.features, sizes)])
+    assert pooled.features is None and pooled.means is not None and pooled.means.shape == expected.shape
+    assert torch.allclose(pooled.means, expected, atol=1e-5), (pooled.means - expected).abs().max()
+    assert torch.equal(pooled.logprobs, per_row.logprobs)
+    assert not torch.allclose(pooled.means[0], pooled.means[1], atol=1e-2)  # each request its own rows
