@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+# The runners' `DATA=...` (exported, or given on their command line) reaches the measurers too.
+DATA = Path(os.environ.get("DATA") or ROOT.parent / "shared" / "data").resolve()
 SETS = {
     "banking77": ("workflows/banking77_intent.yaml", "intent", "label"),
     "clinc150": ("workflows/clinc150_intent.yaml", "intent", "label"),
