@@ -18,12 +18,12 @@ integer, a row without an id has its line or row number, an integer), which is w
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from ..csv_records import csv_records
 from ..errors import DataError, Unavailable
 from ..paths import data_format, unread_reason
 
@@ -163,14 +163,14 @@ def _columns(path: Path, names: list[str], text_column: str | None, id_column: s
 def _csv_cells(path: Path, text_column: str | None, id_column: str | None) -> Iterator[_Cell]:
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
-            reader = csv.reader(handle)
-            header = next(reader, None)
+            records = (record for _, record in csv_records(handle, str(path)))
+            header = next(records, None)
             if header is None:
                 raise DataError(f"{path}: the CSV file is empty (a header row is needed)")
             text, identifier = _columns(path, header, text_column, id_column)
             text_at = header.index(text)
             id_at = header.index(identifier) if identifier is not None else None
-            for number, record in enumerate(reader, start=1):
+            for number, record in enumerate(records, start=1):
                 if not record:
                     continue
                 where = f"{path}: row {number}"
@@ -180,8 +180,6 @@ def _csv_cells(path: Path, text_column: str | None, id_column: str | None) -> It
                 yield _Cell(number, where, f"row {number}", raw_id, id_at is not None, record[text_at])
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    except csv.Error as error:
-        raise DataError(f"{path}: not a readable CSV file: {error}") from None
 
 
 def _parquet_cells(path: Path, text_column: str | None, id_column: str | None) -> Iterator[_Cell]:

@@ -1,6 +1,6 @@
 """Labelled data for `decisionflow eval`, `calibrate` and `fit`: loading, columns, sampling.
 
-The suffix picks the format: `.csv` is read with `csv.DictReader` (RFC 4180 quoting, so texts may hold
+The suffix picks the format: `.csv` is read strictly by `csv_records` (RFC 4180 quoting, so texts may hold
 commas and newlines), `.parquet`/`.pq` with pyarrow, anything else as JSONL. Each evaluated field reads
 its gold label from one column: the column given for it, else a column named after the field, else
 `label`; `spec.gold.cell_label` reads a cell of any format as a CSV cell would be written (as `fit` does).
@@ -14,7 +14,6 @@ gold column holds none of a field's answers, which would otherwise leave every r
 
 from __future__ import annotations
 
-import csv
 import difflib
 import json
 import random
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..csv_records import csv_records
 from ..errors import DataError, Unavailable
 from ..paths import data_format, unread_reason
 from ..spec.gold import BOOLEAN_GOLD, cell_label, gold_label
@@ -103,21 +103,20 @@ def load_labelled(
 
 
 def _csv_records(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
-    """A labelled CSV's header and rows (`csv.DictReader`: a short row's missing cells are None); a file
-    that is missing, empty, not UTF-8, not CSV or without data rows is a `DataError` naming it."""
+    """A labelled CSV's header and rows (a short row's missing cells are None; read strictly, `csv_records`);
+    a file that is missing, empty, not UTF-8, not CSV or without data rows is a `DataError` naming it."""
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
     try:
-        with path.open(encoding="utf-8", newline="") as handle:
-            reader = csv.DictReader(handle)
-            header = list(reader.fieldnames or [])
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            rows = (record for _, record in csv_records(handle, str(path)))
+            header = next(rows, [])
             if not header:
                 raise DataError(f"{path}: empty file, expected a CSV header row")
-            records = list(reader)
+            # as csv.DictReader reads them: blank lines skipped, a short row's missing cells None
+            records = [dict(zip(header, [*record, *[None] * (len(header) - len(record))])) for record in rows if record]
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text ({error.reason})") from None
-    except csv.Error as error:
-        raise DataError(f"{path}: not a readable CSV file ({error})") from None
     if not records:
         raise DataError(f"{path}: no data rows")
     return header, records

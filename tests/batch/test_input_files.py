@@ -65,6 +65,10 @@ def test_named_columns_are_used_and_missing_ones_are_named(tmp_path):
         ("id,text\n,x\n", "in.csv: row 1: the id is empty"),
         ("id,text\na,x,extra\n", "in.csv: row 1: 3 cells, but the header has 2 columns"),
         ("", "the CSV file is empty"),
+        # a quote opened and never closed would swallow every later row into one text
+        ('id,text\n1,good\n2,"the ""special"" was bad\n3,great\n4,cold\n',
+         "in.csv: line 3: a quoted cell opens in the record there and is never closed (the file ends inside it, at line 5)"),
+        ('id,text\n1,"great" food\n2,x\n', "in.csv: line 2: text follows a closing quote in a cell"),
     ],
 )
 def test_csv_problems_are_refused_up_front_naming_the_rows(tmp_path, text, message):
@@ -74,6 +78,17 @@ def test_csv_problems_are_refused_up_front_naming_the_rows(tmp_path, text, messa
         return
     with pytest.raises(DataError, match=re.escape(message)):
         read_rows(source)
+
+
+def test_quotes_written_as_rfc_4180_asks_are_read_strictly_without_complaint(tmp_path):
+    source = write(tmp_path / "in.csv", 'id,text\n1,"it\nspans"\n2,"said ""hi"""\n3,a "bare" quote\n')
+    assert [row.payload for row in read_rows(source)] == ["it\nspans", 'said "hi"', 'a "bare" quote']
+
+
+def test_a_cell_longer_than_the_csv_default_limit_is_read_for_the_model_to_refuse_alone(tmp_path):
+    long_text = "word " * 60_000  # 300 KB: past Python's 128 KiB default cell limit
+    source = write(tmp_path / "in.csv", f'id,text\n1,short\n2,"{long_text}"\n3,short again\n')
+    assert [(row.id, len(row.payload)) for row in read_rows(source)] == [("1", 5), ("2", len(long_text)), ("3", 11)]
 
 
 def test_a_row_number_id_clashing_with_a_given_id_names_both_rows(tmp_path):

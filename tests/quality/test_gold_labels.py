@@ -225,6 +225,19 @@ def test_every_format_reads_cells_alike_and_names_a_bad_row(tmp_path):
         load_labelled(csv_named_txt, text_column="text", fields=["spam"])
 
 
+def test_a_labelled_csv_is_read_strictly_and_its_long_cells_and_byte_order_mark_are_taken(tmp_path):
+    opened = tmp_path / "opened.csv"
+    opened.write_text('text,spam\nWIN a phone,true\n"Lunch ""today"",false\nhello,false\nbye,false\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"opened\.csv: line 3: a quoted cell opens in the record there and is never closed"):
+        load_labelled(opened, text_column="text", fields=["spam"])
+    long_text = "word " * 60_000  # past Python's 128 KiB default cell limit
+    taken = tmp_path / "taken.csv"
+    taken.write_text(f'\ufefftext,spam\n"{long_text}",true\nLunch?,false\n', encoding="utf-8")
+    rows, columns = load_labelled(taken, text_column="text", fields=["spam"])
+    assert columns == {"spam": "spam"}
+    assert [(len(row.text), row.gold["spam"]) for row in rows] == [(len(long_text), "true"), (6, "false")]
+
+
 def test_calibrating_several_fields_leaves_a_row_out_only_of_the_field_it_does_not_label(tmp_path, monkeypatch):
     _stop_before_the_model(monkeypatch)
     rubric = tmp_path / "inbox.yaml"

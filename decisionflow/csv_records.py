@@ -1,0 +1,44 @@
+"""CSV read strictly (below the pipeline, like `errors`): `run --input`, `eval`, `calibrate` and `fit` read
+CSV files through it. Python's reader is lenient by default: a cell that opens a quote and never closes it
+swallows every row after it into one text, silently. Read strictly, that is an error naming the line the
+record starts on. Cells may be any length: a text too long for the model is refused row by row, as in JSONL,
+not by the reader's 128 KiB default limit for the whole file."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from typing import Iterator, TextIO
+
+from .errors import DataError
+
+CELL_LIMIT = min(sys.maxsize, 2**31 - 1)
+"""The largest cell the reader takes (the C reader's limit is a C long)."""
+
+
+def csv_records(handle: TextIO, where: str) -> Iterator[tuple[int, list[str]]]:
+    """Each record of an open CSV file (RFC 4180, opened with `newline=""`) with the line it starts on
+    (1-based; a quoted cell may span lines). A quote left open, text after a closing quote, or a NUL is a
+    `DataError` naming `where` and the record's first line."""
+    csv.field_size_limit(CELL_LIMIT)
+    reader = csv.reader(handle, strict=True)
+    while True:
+        first_line = reader.line_num + 1
+        try:
+            record = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            raise DataError(f"{where}: {_explain(str(error), first_line, reader.line_num)}") from None
+        yield first_line, record
+
+
+def _explain(error: str, first_line: int, last_line: int) -> str:
+    span = f"line {first_line}" if last_line <= first_line else f"lines {first_line}-{last_line}"
+    if error == "unexpected end of data":
+        return (f"line {first_line}: a quoted cell opens in the record there and is never closed (the file ends "
+                f"inside it, at line {last_line}); close the quote, and write a quote inside a quoted cell twice (\"\")")
+    if "expected after" in error:
+        return (f"{span}: text follows a closing quote in a cell; a quote inside a quoted cell is written twice "
+                "(\"\"), and a cell that opens a quote closes it before its comma")
+    return f"{span}: not readable as CSV ({error})"
