@@ -8,6 +8,7 @@ required. The rubric is built when the class is decorated, so a bad declaration 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import threading
@@ -84,6 +85,21 @@ class Ask:
 
     def __hash__(self) -> int:
         return hash(self._identity())
+
+
+def merged_asks(markers: Sequence[Ask]) -> Ask:
+    """One field's `ask` markers as one, each argument from the last marker that gives it (as pydantic
+    merges several `Field()`s): a type alias `Severity = Annotated[int, ask("How severe"), Field(ge=0, le=9)]`
+    used as `Annotated[Severity, ask(after=["legal_threat"])]` keeps its question and gains the order."""
+    merged: dict[str, Any] = {}
+    for marker in markers:
+        for argument in dataclasses.fields(Ask):
+            value = getattr(marker, argument.name)
+            if argument.name == "problems":
+                merged["problems"] = (*merged.get("problems", ()), *value)
+            elif value != argument.default:
+                merged[argument.name] = value
+    return Ask(**merged)
 
 
 def _typed(value: Any) -> Any:
@@ -520,10 +536,16 @@ def _unresolved(annotation: Any) -> bool:
 
 
 def _field_data(model: type[BaseModel], field_name: str, info: FieldInfo, source: str) -> dict[str, Any]:
-    derived = next((item for item in info.metadata if isinstance(item, Derive)), None)
-    if derived is not None:
-        return _derived_data(field_name, info, derived, source)
-    marker = next((item for item in info.metadata if isinstance(item, Ask)), Ask())
+    asks = [item for item in info.metadata if isinstance(item, Ask)]
+    derives = [item for item in info.metadata if isinstance(item, Derive)]
+    if derives and asks:
+        raise _DeclarationError("a field is either asked of the model (ask(...)) or derived from other fields "
+                                "(derive(...)), not both: keep one")
+    if len(derives) > 1:
+        raise _DeclarationError(f"{len(derives)} derive(...) markers: a derived field has one function")
+    if derives:
+        return _derived_data(field_name, info, derives[0], source)
+    marker = merged_asks(asks)
     question = marker.question if marker.question is not None else info.description
     if not question:
         raise _DeclarationError(

@@ -112,6 +112,35 @@ def test_interval_and_after_as_single_name():
     assert rubric.field("ok").after == ("level",)
 
 
+Severity = Annotated[int, ask("How severe the issue is", catalog="labels"), Field(ge=0, le=9)]
+
+
+def test_an_alias_specialised_by_another_ask_takes_each_argument_from_the_last_marker_giving_it():
+    @decision
+    class Legal(BaseModel):
+        legal_threat: Annotated[bool, ask("Whether the writer threatens legal action")]
+        severity: Annotated[Severity, ask("How severe the legal exposure is", after=["legal_threat"])]
+        general: Severity
+        follow_up: Annotated[Optional[bool], ask("Follow up?"), ask(when={"legal_threat": True})] = None
+
+    rubric = rubric_of(Legal)
+    severity, general, follow_up = rubric.field("severity"), rubric.field("general"), rubric.field("follow_up")
+    assert (severity.question, severity.after, severity.catalog) == ("How severe the legal exposure is", ("legal_threat",), "labels")
+    assert (severity.min, severity.max) == (0, 9)
+    assert (general.question, general.after) == ("How severe the issue is", ())
+    assert (follow_up.question, follow_up.when.field, follow_up.when.values) == ("Follow up?", "legal_threat", (True,))
+
+
+def test_a_field_both_asked_and_derived_is_refused_naming_it():
+    from decisionflow import derive
+
+    with pytest.raises(RubricError, match=r"fields\.urgent: a field is either asked of the model \(ask\(\.\.\.\)\) or derived"):
+        @decision
+        class Both(BaseModel):
+            severity: Annotated[int, ask("How severe"), Field(ge=0, le=9)]
+            urgent: Annotated[bool, ask("Urgent?"), derive(lambda severity: severity > 5)]
+
+
 def test_marker_stays_out_of_schema_and_field_stays_required():
     schema = Triage.model_json_schema()
     assert "Ask" not in repr(schema) and "after" not in repr(schema)
