@@ -90,7 +90,7 @@ def plan(
     result = make_plan(rubric, pin_first=pin, max_fields_per_pass=max_fields_per_pass)
     data = plan_json(result)
     if tokens or text is not None:
-        data = guarded(ctx, err, lambda: add_token_view(data, rubric, model=model, text=text, exact=exact, err=err))
+        data = guarded(ctx, err, lambda: add_token_view(data, rubric, model=model, text=text, exact=exact, err=err, pin=pin))
     if as_json:
         typer.echo(json.dumps(data))
         return
@@ -105,15 +105,19 @@ def plan(
             f"layout {data['layout']}")
 
 
-def add_token_view(data: dict, rubric: Rubric, *, model: str | None, text: str | None, exact: bool, err: Console) -> dict:
+def add_token_view(data: dict, rubric: Rubric, *, model: str | None, text: str | None, exact: bool, err: Console,
+                   pin: bool | None = None) -> dict:
     """Extend `plan --json` with what the tokenizer says: rows, their tokens, where each row ends."""
     from ..compiler import ReadMode, compile_rubric
     from ..compiler.tokens import token_text
+    from ..runtime.engine import EngineOptions
     from ..runtime.loading import load_tokenizer
 
     with err.status("loading the tokenizer") as status:
         tokenizer = load_tokenizer(model, status=lambda message: status.update(message))
-    compiled = compile_rubric(tokenizer, rubric, mode=ReadMode.EXACT if exact else ReadMode.BRANCH)
+    # The prompt `run` builds: the engine's catalog where the rubric does not choose one, its pinning.
+    compiled = compile_rubric(tokenizer, rubric, mode=ReadMode.EXACT if exact else ReadMode.BRANCH,
+                              catalog=EngineOptions().catalog, pin_first=pin)
     rows = compiled.token_view()
     for name, field in compiled.fields.items():
         # The decoded text would show a token that ends mid-character as U+FFFD; say its bytes instead.

@@ -93,6 +93,15 @@ def test_plan_token_view_counts_rows_and_passes():
     assert 3 <= data["request_tokens"] < 20
 
 
+def test_plan_counts_the_head_run_builds_where_the_catalog_is_left_to_the_engine():
+    # 77 options: the engine's `auto` catalog lists none of them, so the head is a fraction of a full catalog's.
+    rubric = str(Path(SENTIMENT).parent / "banking77_intent.yaml")
+    planned = invoke("plan", rubric, "--json", "--tokens")
+    ran = invoke("run", rubric, "--json", "--text", "my card is lost")
+    assert planned.exit_code == 0 and ran.exit_code == 0, planned.output + ran.output
+    assert json.loads(planned.stdout)["head_tokens"] == json.loads(ran.stdout)["stats"]["head_tokens"] < 500
+
+
 def test_run_refuses_a_calibration_file_of_another_rubric(tmp_path: Path):
     rubric = tmp_path / "mood.yaml"
     rubric.write_text(Path(SENTIMENT).read_text().replace("name: sentiment", "name: mood"))
