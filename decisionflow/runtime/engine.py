@@ -317,7 +317,9 @@ class Engine:
             if captured is not None:
                 for index, state in zip(indexes, states):
                     captured[index] = state.captured
-            total_ms = (time.perf_counter() - began) * 1000
+            # A request that reports the rubric's preparation (compile, head, prior) counts it in its total.
+            total_ms = (time.perf_counter() - began) * 1000 + (
+                0.0 if head_hit else prepared.compile_ms + prepared.head_ms + (prepared.prior_ms if prepared.prior_source else 0.0))
             for index, state in zip(indexes, states):
                 stats = Stats(
                     forward_passes=state.passes,

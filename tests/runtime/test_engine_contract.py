@@ -149,6 +149,18 @@ def test_prepared_rubrics_are_bounded(engine: Engine):
     assert tight.prepared.head_bytes == next(iter(tight.prepared.values())).head_bytes > 0
 
 
+def test_the_request_that_prepares_a_rubric_counts_the_preparation_in_its_total(engine: Engine):
+    fresh = Engine(engine.loaded, options=EngineOptions(max_prepared=2))
+    rubric = Rubric.model_validate({**RUBRIC.model_dump(), "name": "timed"})
+    first, second = fresh.decide(rubric, TEXTS[0]), fresh.decide(rubric, TEXTS[1])
+    timings = first.stats.timings_ms
+    preparation = [key for key in timings if key.startswith(("compile", "head_", "prior_"))]
+    assert not first.stats.head_cache_hit and "compile" in preparation and any(k.startswith("head_") for k in preparation)
+    assert timings["total"] >= timings["passes"] + sum(timings[key] for key in preparation)
+    assert second.stats.head_cache_hit and set(second.stats.timings_ms) == {"total", "passes"}
+    assert second.stats.timings_ms["total"] >= second.stats.timings_ms["passes"]
+
+
 def test_pinned_rubrics_stay_and_a_refused_rubric_is_not_kept(engine: Engine):
     small = Engine(engine.loaded, options=EngineOptions(max_prepared=1))
     served = Rubric.model_validate({**RUBRIC.model_dump(), "name": "served"})
