@@ -376,8 +376,8 @@ class _Reader:
                 raise SchemaError(path, f"the enum's value {shown(value)} is not of the declared type {_listed(types)}")
             if value is None:
                 nullable = True
-            elif (type(value).__name__, value) not in seen:
-                seen.add((type(value).__name__, value))
+            elif _same_value(value) not in seen:
+                seen.add(_same_value(value))
                 members.append((value, description if "const" in node else ""))
         return _Domain(members, nullable)
 
@@ -425,8 +425,8 @@ class _Reader:
         seen: set[tuple[str, Any]] = set()
         for domain in domains:
             for value, description in domain.members:
-                if (type(value).__name__, value) not in seen:
-                    seen.add((type(value).__name__, value))
+                if _same_value(value) not in seen:
+                    seen.add(_same_value(value))
                     members.append((value, description))
         if len(members) > self.max_options:
             raise SchemaError(path, f"{len(members)} answers; at most {self.max_options} a property")
@@ -509,6 +509,16 @@ def _assemble(shape: Shape, decision: Any, rubric: Rubric) -> Any:
 
 
 _TYPE_ORDER = ["boolean", "integer", "number", "string", "object", "array", "null"]
+
+
+def _same_value(value: Any) -> tuple[str, Any]:
+    """What makes two enum values one answer, as JSON Schema compares them: `1` and `1.0` are one number,
+    while `true` and `1`, or `"1"` and `1`, stay apart (Python's `True == 1` would merge them)."""
+    if isinstance(value, bool):
+        return ("boolean", value)
+    if isinstance(value, (int, float)):
+        return ("number", value)
+    return (type(value).__name__, value)
 
 
 def _types_of(node: Mapping[str, Any], path: str) -> set[str]:

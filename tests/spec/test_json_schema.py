@@ -133,6 +133,9 @@ def test_typed_enums_keep_their_json_type_and_mixed_enums_are_choices():
         "stepped": {"type": "integer", "minimum": 0, "maximum": 100, "multipleOf": 25},
         "nullable_score": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 3}, {"type": "null"}]},
         "openapi_nullable": {"type": "string", "enum": ["a", "b"], "nullable": True},
+        # JSON Schema compares numbers by value: 1 and 1.0 are one answer; true and 1 stay two
+        "same_number": {"enum": [1, 1.0, 2, True]},
+        "same_across_a_union": {"anyOf": [{"enum": [1, 2]}, {"const": 2.0}, {"const": 3.5}]},
     })
     fields = from_json_schema(schema).rubric.fields
     assert fields["ratio"].literals == {"0.5": 0.5, "1.0": 1.0, "1.5": 1.5}
@@ -144,6 +147,8 @@ def test_typed_enums_keep_their_json_type_and_mixed_enums_are_choices():
     assert list(fields["nullable_score"].options) == ["1", "2", "3", "null"]
     assert list(fields["openapi_nullable"].options) == ["a", "b", "null"]
     assert fields["mixed"].json_value("true") is True and fields["mixed"].json_value("none") == "none"
+    assert fields["same_number"].literals == {"1": 1, "2": 2, "true": True}
+    assert fields["same_across_a_union"].literals == {"1": 1, "2": 2, "3.5": 3.5}
 
 
 @pytest.mark.parametrize(("bounds", "expected"), [
