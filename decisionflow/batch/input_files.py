@@ -85,7 +85,7 @@ def _with_unique_ids(cells: Iterable[_Cell]) -> list[InputRow]:
     for cell in cells:
         raw_id = cell.raw_id if cell.has_id else cell.number
         if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
-            raise DataError(f"{cell.where}: `id` must be a string or an integer, got {raw_id!r}")
+            raise DataError(f"{cell.where}: `id` must be a string or an integer, got {_as_json(raw_id)}")
         if isinstance(raw_id, str) and not raw_id.strip():
             raise DataError(f"{cell.where}: the id is empty")
         row_id = str(raw_id)
@@ -158,6 +158,14 @@ def _columns(path: Path, names: list[str], text_column: str | None, id_column: s
     if identifier == text:
         raise DataError(f"{path}: column {text!r} cannot be both the text and the id")
     return text, identifier
+
+
+def _as_json(value: Any) -> str:
+    """A value as the input file wrote it (`true`, `null`, `1.5`), for messages."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def _csv_cells(path: Path, text_column: str | None, id_column: str | None) -> Iterator[_Cell]:

@@ -167,6 +167,7 @@ def eval_command(
         "heads": str(heads_file) if heads is not None else None,
         **run.summary,
     }
+    _warn_failed_rows(err, run)
     if fitting_rows is not None and run.summary["readout"] != "zero_shot":
         # Only where the heads answered the field or an answer it read do their training rows matter.
         run.summary["rows_heads_were_fitted_on"] = len(fitting_rows)
@@ -375,6 +376,16 @@ def _fitting_rows(heads: Any, chosen: list[LabelledRow]) -> list[int] | None:
     if heads is None or heads.fitted_on is None or not heads.fitted_fields:
         return None
     return heads.fitted_on_rows([row.text for row in chosen])
+
+
+def _warn_failed_rows(err: Console, run: Any) -> None:
+    """Rows the engine could not decide count as invalid in `valid_rate`: say which and why."""
+    failed = [(row.index, reading.error) for row, reading in zip(run.rows, run.readings) if reading.error]
+    if failed:
+        shown_rows = "; ".join(f"data row {index}: {error}" for index, error in failed[:3])
+        more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
+        say(err, f"warning: {count(len(failed), 'row')} could not be decided and count as invalid in valid_rate "
+                 f"({shown_rows}{more})")
 
 
 def _warn_fitting_rows(err: Console, overlap: list[int], chosen: list[LabelledRow], heads_file: Path | None,

@@ -151,10 +151,10 @@ def _content_text(message: dict[str, Any], index: int) -> str:
             if kind in _TEXT_PARTS:
                 piece = part.get(kind if kind == "refusal" else "text")
                 if not isinstance(piece, str):
-                    raise refused(f"a `{kind}` part needs its text as a string", part_where)
+                    raise refused(f"a content part of type `{kind}` needs its text as a string", part_where)
                 pieces.append(piece)
             elif isinstance(kind, str):
-                raise refused(f"a `{kind}` part is not read: decisionflow reads text only", part_where)
+                raise refused(f"a content part of type `{kind}` is not read: decisionflow reads text only", part_where)
             else:
                 raise refused("a content part must be an object with a `type` (`text`)", part_where)
         text = "\n".join(pieces)
@@ -220,8 +220,8 @@ def _answer_schema(body: dict[str, Any]) -> tuple[dict[str, Any], str, str, str,
         raise refused("`response_format.json_schema` must be an object with `name` and `schema`", "response_format.json_schema")
     schema = spec.get("schema")
     if not isinstance(schema, dict):
-        what = "missing" if schema is None else json_type(schema)
-        raise refused(f"`response_format.json_schema.schema` must be the answer's JSON schema ({what})",
+        what = "it is missing" if schema is None else f"got {json_type(schema)}"
+        raise refused(f"`response_format.json_schema.schema` must be the answer's JSON schema, an object ({what})",
                       "response_format.json_schema.schema")
     name = spec.get("name")
     if not isinstance(name, str) or not name.strip():

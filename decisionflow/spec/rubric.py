@@ -663,7 +663,7 @@ def _not_an_answer(value: Any, name: str, allowed: tuple[Value, ...]) -> str | N
         return None
     same_text = next((a for a in allowed if label_of(a) == label_of(value)), None)
     hint = "" if same_text is None else f"; the answer is {_written(same_text)}, of another type"
-    return f"{shown(value)} is not an allowed answer of {name!r} (allowed: {listing(allowed, repr)}){hint}"
+    return f"{shown(value)} is not an allowed answer of {name!r} (allowed: {listing(allowed, _written)}){hint}"
 
 
 def _check_answer_keys(per_answer: dict[Any, Any], parent: Any, *, at: Any) -> None:

@@ -121,7 +121,7 @@ def test_parquet_cells_may_be_text_objects_or_conversations(tmp_path):
     ("columns", "message"),
     [
         ({"id": [1, 2, 1], "text": ["a", "b", "c"]}, "in.parquet: row 3: id '1' is already used on row 1"),
-        ({"id": [1, None], "text": ["a", "b"]}, "in.parquet: row 2: `id` must be a string or an integer, got None"),
+        ({"id": [1, None], "text": ["a", "b"]}, "in.parquet: row 2: `id` must be a string or an integer, got null"),
         ({"id": [1.5, 2.5], "text": ["a", "b"]}, "`id` must be a string or an integer, got 1.5"),
         ({"body": ["a"]}, "no `text` column"),
     ],

@@ -186,6 +186,16 @@ def test_eval_cli_on_six_banking77_rows(tmp_path: Path):
 
 
 @pytest.mark.model
+def test_eval_names_the_rows_it_could_not_decide(tmp_path: Path):
+    data = tmp_path / "rows.csv"
+    data.write_text("text,label\na gorgeous film,positive\n,negative\ndull and lifeless,negative\n", encoding="utf-8")
+    result = runner.invoke(app, ["eval", str(SENTIMENT), "--data", str(data)])
+    assert result.exit_code == 0, result.output
+    assert "warning: 1 row could not be decided and count as invalid in valid_rate (data row 1: the input is empty" in result.stderr
+    assert json.loads(result.stdout)["valid_rate"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.model
 def test_calibration_fit_is_saved_beside_a_rubric_copy_and_keeps_winners(engine, tmp_path: Path):
     from decisionflow.quality.temperature_fit import fit_calibration
 

@@ -233,7 +233,7 @@ def test_an_open_ended_property_is_refused_by_name(client, model):
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": "Look:"},
                                                 {"type": "image_url", "image_url": {"url": "data:,"}}]}],
       "response_format": {"type": "json_schema", "json_schema": {"name": "T", "schema": strict(Ticket)}}},
-     "messages[0].content[1]", "`image_url` part"),
+     "messages[0].content[1]", "part of type `image_url` is not read"),
     ({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "content": "42", "tool_call_id": "x"}],
       "response_format": {"type": "json_schema", "json_schema": {"name": "T", "schema": strict(Ticket)}}},
      "messages[1].role", "tool's result"),
