@@ -131,6 +131,18 @@ def _message(detail: dict[str, Any], path: Path, *, hint: bool = True) -> str:
             f"{shown(value)} is not a valid name: use ASCII letters (a-z, A-Z), digits and underscores, "
             "not starting with a digit"
         )
+    if kind == "too_short" and "min_length" in ctx:
+        least = ctx["min_length"]
+        return f"needs at least {least} item{'' if least == 1 else 's'}, got {ctx.get('actual_length', 'fewer')}"
+    if kind in {"model_type", "dict_type"} and _is_scalar(value):
+        if len(path) == 2 and path[0] == "fields":
+            name = str(path[1])
+            if name in FieldSpec.model_fields:
+                return (f"{shown(value)} is not a field: {name!r} is a key of a field; indent it under the field "
+                        "it belongs to")
+            return (f"{shown(value)} is not a field: a field is a mapping of its keys, e.g. "
+                    f"`{name}: {{kind: choice, question: ..., options: [...]}}`")
+        return f"must be a mapping of keys, got {shown(value)}"
     if kind in {"union_tag_invalid", "literal_error"} or not _is_scalar(value):
         return _lower_first(text.replace("Input should", "must"))
     return f"{_lower_first(text.replace('Input should', 'must'))}, got {shown(value)}"
