@@ -1,7 +1,7 @@
 """The package's layout holds: each step imports only the steps before it, and no import cycle exists.
 
 spec → compiler → runtime → (fitting | batch | baselines) → (quality | bench | serve | scale) → cli; `errors`,
-`paths` and `csv_records` are below everything;
+`paths` and `records` are below everything;
 nothing imports `cli`; the kernels import only torch and triton. Imports are read from the source
 (ast), lazy ones inside functions included, so a shortcut taken in a function body is caught too.
 """
@@ -19,13 +19,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "decisionflow"
 KERNELS = ROOT / "kernels"
 
-BASE = {"errors", "paths", "csv_records"}
-"""Below every step: errors, path helpers and the strict CSV reader, which import only `errors`."""
+BASE = {"errors", "paths", "records"}
+"""Below every step: errors, path helpers and the strict record readers, which import only `errors`."""
 ENGINE = {*BASE, "spec", "compiler", "runtime", "kernels"}
 ALLOWED = {
     "errors": set(),
     "paths": set(),
-    "csv_records": {"errors"},
+    "records": {"errors"},
     "spec": set(BASE),
     "compiler": {*BASE, "spec"},
     "runtime": {*BASE, "spec", "compiler", "kernels"},

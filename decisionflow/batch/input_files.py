@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from ..csv_records import csv_records
 from ..errors import DataError, Unavailable
 from ..paths import data_format, unread_reason
+from ..records import DuplicateKey, csv_records, json_record
 
 TEXT_KEYS = ("text", "input", "messages")
 ID_KEY = "id"
@@ -111,10 +111,12 @@ def _jsonl_cells(path: Path, text_column: str | None, id_column: str | None) -> 
             continue
         where = f"{path}:{number}"
         try:
-            row = json.loads(line)
+            row = json_record(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{where}: not a JSON object: {exc.msg} (a file not named .csv, .parquet or .pq is "
                             "read as JSONL)") from None
+        except DuplicateKey as error:
+            raise DataError(f"{where}: {error}") from None
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected a JSON object with a `{text_column or 'text'}` key")
         key = _text_name(list(row), text_column, where, "key")

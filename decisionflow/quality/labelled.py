@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..csv_records import csv_records
 from ..errors import DataError, Unavailable
 from ..paths import data_format, unread_reason
+from ..records import DuplicateKey, csv_records, json_record
 from ..spec.gold import BOOLEAN_GOLD, cell_label, gold_label
 from ..spec.rubric import FieldKind, FieldSpec, Rubric, Value
 from ..spec.rubric import label_of as spec_label_of
@@ -263,10 +263,12 @@ def _jsonl_records(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
                 if not line.strip():
                     continue
                 try:
-                    record = json.loads(line)
+                    record = json_record(line)
                 except json.JSONDecodeError as error:
                     raise DataError(f"{path}:{number}: not a JSON object ({error.msg}); a file not named .csv, "
                                     ".parquet or .pq is read as JSONL") from None
+                except DuplicateKey as error:
+                    raise DataError(f"{path}:{number}: {error}") from None
                 if not isinstance(record, dict):
                     raise DataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
                 header += [key for key in record if key not in header]

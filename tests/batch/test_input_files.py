@@ -91,6 +91,15 @@ def test_a_cell_longer_than_the_csv_default_limit_is_read_for_the_model_to_refus
     assert [(row.id, len(row.payload)) for row in read_rows(source)] == [("1", 5), ("2", len(long_text)), ("3", 11)]
 
 
+def test_a_jsonl_object_writing_a_key_twice_is_refused_naming_the_line_and_key(tmp_path):
+    source = write(tmp_path / "in.jsonl", '{"id": "a", "text": "x"}\n{"id": "b", "text": "first", "text": "second"}\n')
+    with pytest.raises(DataError, match=re.escape('in.jsonl:2: the key "text" is written twice in one object')):
+        read_rows(source)
+    nested = write(tmp_path / "nested.jsonl", '{"text": {"subject": "a", "subject": "b"}}\n')
+    with pytest.raises(DataError, match=re.escape('nested.jsonl:1: the key "subject" is written twice')):
+        read_rows(nested)
+
+
 def test_a_row_number_id_clashing_with_a_given_id_names_both_rows(tmp_path):
     source = write(tmp_path / "in.jsonl", '{"id": 2, "text": "a"}\n{"text": "b"}\n')
     with pytest.raises(DataError, match=re.escape("in.jsonl:2: id '2' is already used on line 1 (a line without an id takes its line number)")):

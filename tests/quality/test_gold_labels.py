@@ -219,6 +219,9 @@ def test_every_format_reads_cells_alike_and_names_a_bad_row(tmp_path):
     jsonl.write_text(json.dumps({"text": {"subject": "hi"}, "spam": False}) + "\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"data row 0: the 'text' cell holds a dict, not a text"):
         load_labelled(jsonl, text_column="text", fields=["spam"])
+    jsonl.write_text('{"text": "hi", "spam": false, "spam": true}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r'rows\.jsonl:1: the key "spam" is written twice in one object$'):
+        load_labelled(jsonl, text_column="text", fields=["spam"])
     csv_named_txt = tmp_path / "rows.txt"
     csv_named_txt.write_text("text,spam\nhi,true\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"rows\.txt:1: not a JSON object .*; a file not named \.csv, \.parquet or \.pq is read as JSONL"):
