@@ -18,7 +18,7 @@ from rich.console import Console
 
 from ..errors import DataError, DecisionflowError, RubricError, outcome_of
 from ..paths import existing_ancestor
-from ..spec.references import YAML_SUFFIXES, resolve_rubric, resolve_target
+from ..spec.references import is_shipped_elsewhere, resolve_rubric, resolve_target, rubric_file
 from ..spec.rubric import Rubric
 from ..spec.text import one_line
 
@@ -154,7 +154,8 @@ def chosen_calibration(rubric_ref: str, path: Path | None, off: bool = False) ->
             raise DataError("give --calibration or --no-calibration, not both")
         return None, None
     if path is None:
-        beside = Calibration.path_for(rubric_ref) if rubric_ref.lower().endswith(YAML_SUFFIXES) else None
+        found = rubric_file(rubric_ref)
+        beside = Calibration.path_for(found) if found is not None else None
         return (Calibration.load(beside), beside) if beside is not None and beside.is_file() else (None, None)
     if not path.is_file():
         raise DataError(f"calibration file not found: {path}")
@@ -183,7 +184,8 @@ def chosen_heads(rubric_ref: str, path: Path | None, off: bool, rubric: Rubric |
             raise DataError("give --heads or --no-heads, not both")
         return None, None
     if path is None:
-        beside = Heads.path_for(rubric_ref) if rubric_ref.lower().endswith(YAML_SUFFIXES) else None
+        found = rubric_file(rubric_ref)
+        beside = Heads.path_for(found) if found is not None else None
         path = beside if beside is not None and beside.is_file() else None
         if path is None:
             return None, None
@@ -191,6 +193,19 @@ def chosen_heads(rubric_ref: str, path: Path | None, off: bool, rubric: Rubric |
     if rubric is not None:
         heads.check_rubric(rubric)
     return heads, path
+
+
+def saved_beside(rubric_ref: str, what: str, path_for: Any) -> Path | str:
+    """Where `fit` or `calibrate` saves `what` when no --output is given: beside the YAML rubric the
+    reference names (`path_for(file)`), or why it cannot (a class, or a shipped workflow found in the
+    package from another directory, whose folder is the installed package's)."""
+    found = rubric_file(rubric_ref)
+    if found is None:
+        return f"{rubric_ref} is not a YAML file, so there is no folder to save the {what} beside; give --output PATH"
+    if is_shipped_elsewhere(rubric_ref):
+        return (f"{rubric_ref} names the shipped workflow {found}, whose folder is the installed package's; give "
+                f"--output PATH (other commands then take the {what} with --{'heads' if what == 'heads' else 'calibration'} PATH)")
+    return path_for(found)
 
 
 def output_problem(path: Path, *, folder: bool) -> str | None:

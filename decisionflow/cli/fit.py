@@ -17,7 +17,6 @@ from rich.table import Table
 
 from ..errors import DataError
 from ..quality.labelled import fit_columns, load_records, parse_slice, refuse_short_rows
-from ..spec.references import YAML_SUFFIXES
 from .common import (
     DeviceOption,
     DtypeOption,
@@ -31,6 +30,7 @@ from .common import (
     load_target_and_rubric,
     progress_bars,
     refuse_output,
+    saved_beside,
     say,
     stderr,
 )
@@ -96,10 +96,11 @@ def fit_command(
 
     err = stderr()
     if output is None:
-        if not rubric_ref.lower().endswith(YAML_SUFFIXES):
-            say(err, f"error: {rubric_ref} is not a YAML file, so there is no folder to save the heads beside; give --output PATH")
+        beside = saved_beside(rubric_ref, "heads", Heads.path_for)
+        if isinstance(beside, str):
+            say(err, f"error: {beside}")
             raise typer.Exit(2)
-        output = Heads.path_for(rubric_ref)
+        output = beside
     refuse_output(err, output, folder=False, option="--output")
     if problem := Heads.save_problem(output):
         say(err, f"error: --output {problem}")

@@ -22,7 +22,6 @@ from ..quality.labelled import (
     resolve_fields,
     select_rows,
 )
-from ..spec.references import YAML_SUFFIXES
 from ..spec.text import listing
 from .common import (
     CalibrationOption,
@@ -44,6 +43,7 @@ from .common import (
     load_target_and_rubric,
     progress_bars,
     refuse_output,
+    saved_beside,
     say,
     stderr,
 )
@@ -242,11 +242,11 @@ def calibrate_command(
         raise typer.Exit(2)
     method = guarded(ctx, err, lambda: _debias(debias))
     if output is None:
-        if not rubric_ref.lower().endswith(YAML_SUFFIXES):
-            say(err, f"error: {rubric_ref} is not a YAML file, so there is no folder to save the calibration beside; "
-                     "give --output PATH")
+        beside = saved_beside(rubric_ref, "calibration", Calibration.path_for)
+        if isinstance(beside, str):
+            say(err, f"error: {beside}")
             raise typer.Exit(2)
-        output = Calibration.path_for(rubric_ref)
+        output = beside
     refuse_output(err, output, folder=False, option="--output")
     target, rubric = load_target_and_rubric(ctx, rubric_ref, err)
     fields = guarded(ctx, err, lambda: _read_fields(rubric, resolve_fields(rubric, field)))

@@ -65,17 +65,34 @@ def _yaml_path(ref: str) -> Path:
     return path
 
 
+def rubric_file(ref: str) -> Path | None:
+    """The YAML file a reference reads: the file itself, or the shipped workflow a `workflows/NAME.yaml`
+    or bare `NAME` reference finds from any directory; None for a class reference. The heads and the
+    calibration saved beside a rubric are looked for beside this file."""
+    if "\x00" in ref:
+        return None
+    if ref.lower().endswith(YAML_SUFFIXES):
+        return _yaml_path(ref)
+    if ":" not in ref and not Path(ref).exists() and "/" not in ref and ref.isidentifier():
+        folder = shipped_workflows()
+        if folder is not None and (folder / f"{ref}.yaml").is_file():
+            return folder / f"{ref}.yaml"
+    return None
+
+
+def is_shipped_elsewhere(ref: str) -> bool:
+    """Whether `ref` reads a shipped workflow found in the package rather than the file it names here."""
+    found = rubric_file(ref)
+    return found is not None and found.exists() and not Path(ref).exists()
+
+
 def resolve_target(ref: str) -> type | Rubric:
     """The decorated class a reference names, or the rubric for a YAML file or a Rubric object."""
     if "\x00" in ref:
         raise rubric_error(ref, "", "not a rubric reference: it holds a NUL character")
-    if ref.lower().endswith(YAML_SUFFIXES):
-        path = _yaml_path(ref)
+    path = rubric_file(ref)
+    if path is not None:
         return load_rubric(path) if path.exists() else load_rubric(ref)
-    if ":" not in ref and not Path(ref).exists() and "/" not in ref and ref.isidentifier():
-        folder = shipped_workflows()
-        if folder is not None and (folder / f"{ref}.yaml").is_file():
-            return load_rubric(folder / f"{ref}.yaml")
     module_ref, colon, attribute = ref.rpartition(":")
     if not colon or not module_ref or not attribute:
         kind = "file" if Path(ref).exists() else "reference"

@@ -205,17 +205,46 @@ def test_fit_refuses_empty_texts_and_unlabelled_files(tmp_path: Path):
     assert missing.exit_code == 1 and only_lines(missing) == [f"error: data file not found: {tmp_path / 'none.csv'}"]
 
 
-def test_fit_needs_an_output_for_a_rubric_that_is_not_a_yaml_file(tmp_path: Path):
+def test_fit_needs_an_output_for_a_class_or_a_shipped_workflow_found_in_the_package(tmp_path: Path, monkeypatch):
     _, rows = project(tmp_path)
-    result = invoke("fit", "sentiment", "--data", rows)
+    from decisionflow.spec.references import shipped_workflows
+
+    triage = str(Path(__file__).resolve().parents[2] / "examples" / "triage.py") + ":Triage"
+    result = invoke("fit", triage, "--data", rows)
     assert result.exit_code == 2
-    assert only_lines(result) == ["error: sentiment is not a YAML file, so there is no folder to save the heads "
+    assert only_lines(result) == [f"error: {triage} is not a YAML file, so there is no folder to save the heads "
                                    "beside; give --output PATH"]
+    monkeypatch.chdir(tmp_path)
+    for shipped in ("sentiment", "workflows/sentiment.yaml"):
+        result = invoke("fit", shipped, "--data", rows)
+        assert result.exit_code == 2
+        assert only_lines(result) == [f"error: {shipped} names the shipped workflow {shipped_workflows() / 'sentiment.yaml'}, "
+                                       "whose folder is the installed package's; give --output PATH (other commands then "
+                                       "take the heads with --heads PATH)"]
+    assert not (tmp_path / "workflows").exists()
     folder = invoke("fit", "sentiment", "--data", rows, "--output", tmp_path)
     assert folder.exit_code == 2 and only_lines(folder) == [f"error: --output {tmp_path} is a folder; give a file name"]
 
 
 # -- run and eval apply the heads found beside the rubric --------------------------------------
+
+
+def test_the_heads_shipped_beside_a_workflow_are_found_from_any_directory(tmp_path: Path, monkeypatch):
+    from decisionflow.cli.common import chosen_calibration, chosen_heads
+    from decisionflow.spec.references import shipped_workflows
+
+    monkeypatch.chdir(tmp_path)
+    shipped = shipped_workflows() / "banking77_intent.heads.safetensors"
+    for ref in ("banking77_intent", "workflows/banking77_intent.yaml"):
+        heads, path = chosen_heads(ref, None, False)
+        assert path == shipped and heads.fitted_fields == ["intent"]
+    # A file of that name here wins, and so do the heads (or their absence) beside it.
+    (tmp_path / "workflows").mkdir()
+    shutil.copy(shipped_workflows() / "banking77_intent.yaml", tmp_path / "workflows")
+    assert chosen_heads("workflows/banking77_intent.yaml", None, False) == (None, None)
+    (tmp_path / "workflows" / "sentiment.calibration.json").write_text("{}", encoding="utf-8")
+    assert chosen_calibration("workflows/sentiment.yaml", None) == (None, None)  # not beside the shipped file
+
 
 
 def test_run_applies_the_heads_beside_the_rubric_and_says_so(fitted_project):
