@@ -321,6 +321,38 @@ def _check_gguf(path: Path) -> None:
         raise ModelError(f"could not load model {str(path)!r}: not a GGUF file (it does not start with the bytes GGUF)")
 
 
+@contextlib.contextmanager
+def _reading_gguf(path: Path) -> Iterator[None]:
+    """transformers' GGUF reader fails on a cut or damaged file with whatever its parsing meets (a
+    `struct.error`, an array that will not reshape): one `ModelError` naming the file and its size."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - said in one line: the file's damage, or what transformers said
+        damage = _gguf_damage(path)
+        if damage is None and isinstance(exc, ModelError):
+            raise
+        if damage is None:
+            raise ModelError(f"could not load model {str(path)!r}: {type(exc).__name__}: {_one_line(str(exc))}") from exc
+        size = path.stat().st_size if path.exists() else 0
+        raise ModelError(f"could not load model {str(path)!r}: the file ({size:,} bytes) is cut short or damaged, "
+                         f"its GGUF data does not parse ({damage}): download it again") from exc
+
+
+def _gguf_damage(path: Path) -> str | None:
+    """Why the `gguf` package's own reader cannot parse the file (None: it parses, so a failure to load it
+    is transformers' to explain, such as an architecture it does not convert). Run only after a failure:
+    it reads the whole header and tensor table (a few seconds)."""
+    try:
+        from gguf import GGUFReader
+
+        GGUFReader(path)
+    except ImportError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - whatever the parser meets in a damaged file
+        return f"{type(exc).__name__}: {_one_line(str(exc))}"
+    return None
+
+
 def _check_folder(path: Path) -> None:
     """A model folder holds `config.json`, the weights and the tokenizer; say what is missing."""
     if (path / "config.json").is_file():
@@ -428,7 +460,8 @@ def load_tokenizer(model: str | os.PathLike | None = None, *, status: Status = _
             status(f"reading the tokenizer from {path.name}")
             from transformers import AutoTokenizer
 
-            return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            with _reading_gguf(path):
+                return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         if kind == "folder":
             return _load_tokenizer(str(path))
         try:
@@ -517,7 +550,8 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status, loader: str) -> tup
     import torch
 
     # The converted copy is always float32, whatever this load asks for: it serves every later dtype.
-    model, tokenizer = _load_pretrained(str(path.parent), torch.float32, "transformers", name=str(path), gguf_file=path.name)
+    with _reading_gguf(path):
+        model, tokenizer = _load_pretrained(str(path.parent), torch.float32, "transformers", name=str(path), gguf_file=path.name)
     # A GGUF-loaded model refuses save_pretrained until its quantizer record is cleared.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

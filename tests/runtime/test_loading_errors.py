@@ -108,6 +108,21 @@ def test_the_cli_says_a_load_error_in_one_line(places, monkeypatch):
         assert line.startswith("error: could not load") and words in line, line
 
 
+@pytest.mark.parametrize("kept_bytes", [1000, 5_000_000])
+def test_a_gguf_file_cut_short_is_one_line_saying_so(tmp_path, kept_bytes):
+    from decisionflow.runtime.loading import bundled_gguf
+
+    cut = tmp_path / "cut.gguf"
+    with bundled_gguf().open("rb") as whole:
+        cut.write_bytes(whole.read(kept_bytes))
+    for command in (["run", "sentiment", "--text", "hi"], ["check-model"]):
+        result = CliRunner().invoke(app, [*command, "--model", str(cut)] if command[0] == "run" else [*command, str(cut)])
+        assert result.exit_code == 1, result.output
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"error: could not load model {str(cut)!r}: the file ({kept_bytes:,} bytes) is cut "
+                               "short or damaged, its GGUF data does not parse"), line
+
+
 def test_a_converted_copy_changed_since_its_conversion_is_noticed(tmp_path):
     from decisionflow.runtime.loading import _changed_since_conversion, _record_converted_files
 
