@@ -7,7 +7,7 @@ import importlib.util
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Sequence
 
 import typer
 
@@ -40,18 +40,12 @@ def bench_command(
         raise typer.Exit(2)
     repeats = repeats or (3 if quick else 5)
     slow_repeats = min(slow_repeats or (1 if quick else 2), repeats)
-    chosen = [m.strip() for m in methods.split(",")] if methods else list(METHODS)
-    unknown = [m for m in chosen if m not in METHODS]
-    if unknown:
-        raise typer.BadParameter(f"unknown method {unknown[0]!r} (known: {', '.join(METHODS)})", param_hint="--methods")
+    # An empty list (`--methods ""`) names nothing: refused, never read as "all" (the full run takes an hour).
+    chosen = _listed(methods, "--methods", "method", METHODS) if methods is not None else list(METHODS)
     selected = build_workloads(data_dir, quick=quick)
-    if workloads:
-        keep = [w.strip() for w in workloads.split(",") if w.strip()]
+    if workloads is not None:
         known = [w.name for w in selected]
-        unknown = [name for name in keep if name not in known]
-        if unknown or not keep:
-            raise typer.BadParameter(f"unknown workload {unknown[0] if unknown else workloads!r} (known"
-                                     f"{' with --quick' if quick else ''}: {', '.join(known)})", param_hint="--workloads")
+        keep = _listed(workloads, "--workloads", f"workload{' with --quick' if quick else ''}", known)
         selected = [w for w in selected if w.name in keep]
 
     import warnings
@@ -117,3 +111,15 @@ def _in_process_server(engine: Any, running: contextlib.ExitStack) -> Any:
         return f"http://127.0.0.1:{port}/v1", app.state.service.model_name
 
     return start
+
+
+def _listed(given: str, option: str, what: str, known: Sequence[str]) -> list[str]:
+    """The comma-separated names of `given`, each one of `known` (blanks around a comma ignored)."""
+    names = [name.strip() for name in given.split(",")]
+    if not any(names):
+        raise typer.BadParameter(f"names no {what.split()[0]}: give one or more of {', '.join(known)}", param_hint=option)
+    names = [name for name in names if name]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise typer.BadParameter(f"unknown {what} {unknown[0]!r} (known: {', '.join(known)})", param_hint=option)
+    return names

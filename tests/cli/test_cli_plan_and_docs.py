@@ -199,6 +199,19 @@ def test_bench_names_the_known_workloads_when_one_is_unknown():
     assert "unknown workload 'typo'" in result.output and "model_routing_route" in result.output
 
 
+@pytest.mark.parametrize("option, given, says", [
+    ("--methods", "", "names no method"),
+    ("--methods", " , ", "names no method"),
+    ("--methods", "decisionflow,typo", "unknown method 'typo'"),
+    ("--workloads", "", "names no workload"),
+])
+def test_bench_refuses_an_empty_or_unknown_list_instead_of_running_everything(option, given, says):
+    others = ["--workloads", "model_routing_route"] if option == "--methods" else ["--methods", "decisionflow"]
+    result = runner.invoke(app, ["bench", option, given, *others])
+    assert result.exit_code == 2
+    assert says in " ".join(result.output.split()) and "decisionflow" in result.output
+
+
 def test_plan_keeps_every_dependency_in_a_narrow_terminal_or_a_pipe():
     from typer.testing import CliRunner
 
