@@ -263,8 +263,15 @@ def calibrate_command(
     if heads is not None:
         guarded(ctx, err, lambda: engine.check_heads(heads, target))
         after_head = [name for name in fields if name in heads.fitted_fields]
-        say(err, f"heads: {heads_file} (the temperature of {', '.join(after_head) or 'no field calibrated here'} is "
-                 "fitted after the head)")
+        if chosen is not None:
+            say(err, f"heads: {heads_file} (the temperature of {', '.join(after_head) or 'no field calibrated here'} is "
+                     "fitted after the head)")
+        else:
+            say(err, f"heads: {heads_file} (fitted: {', '.join(heads.fitted_fields) or 'none'})")
+        if texts is not None and after_head:
+            say(err, f"warning: the domain prior corrects the zero-shot readout, but {', '.join(after_head)} "
+                     f"{'is' if len(after_head) == 1 else 'are'} answered by {heads_file.name}, whose head keeps its "
+                     "own correction: the prior changes those answers only under --no-heads")
     out = Console()
     if texts is not None:
         with progress_bars(err) as progress_for:

@@ -443,6 +443,8 @@ def test_eval_compares_a_field_read_after_a_fitted_one_with_a_run_without_heads(
     # keeps it, as `--no-heads` does: the two sides differ by the heads alone.
     primed = invoke("calibrate", rubric, "--unlabelled", rows, "--field", "code", "--field", "sentiment", "--rows", "16:40")
     assert primed.exit_code == 0, primed.output
+    assert ("warning: the domain prior corrects the zero-shot readout, but code is answered by "
+            f"{Path(rubric).stem}.heads.safetensors, whose head keeps its own correction") in " ".join(primed.stderr.split())
     after = invoke("eval", rubric, "--data", rows, "--field", "sentiment", "--rows", "0:16")
     plain = invoke("eval", rubric, "--data", rows, "--field", "sentiment", "--rows", "0:16", "--no-heads")
     assert after.exit_code == 0 and plain.exit_code == 0, after.output + plain.output
