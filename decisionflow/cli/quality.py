@@ -248,6 +248,9 @@ def calibrate_command(
             raise typer.Exit(2)
         output = beside
     refuse_output(err, output, folder=False, option="--output")
+    if output.is_file() and not _holds_calibration(output):
+        say(err, f"error: --output {output} exists and is not a calibration file; give another path (saving would replace it)")
+        raise typer.Exit(2)
     target, rubric = load_target_and_rubric(ctx, rubric_ref, err)
     fields = guarded(ctx, err, lambda: _read_fields(rubric, resolve_fields(rubric, field)))
     texts = None if unlabelled is None else guarded(ctx, err, lambda: _texts(unlabelled, text_column, rows, limit, seed))
@@ -327,6 +330,17 @@ def _debias(name: str | None) -> str | None:
         return Debias(name).value
     except ValueError:
         raise DataError(f"--debias must be one of {', '.join(d.value for d in Debias)}, got {name!r}") from None
+
+
+def _holds_calibration(path: Path) -> bool:
+    """Whether `path` is a calibration file (of any rubric), so that saving over it loses nothing else."""
+    from ..runtime.calibration import Calibration
+
+    try:
+        Calibration.load(path)
+    except CalibrationError:
+        return False
+    return True
 
 
 def _existing_calibration(path: Path, rubric: Any) -> Any:

@@ -302,6 +302,9 @@ def model_source(model: str | os.PathLike, *, tokenizer_only: bool = False) -> t
         return "folder", path
     if is_hub_id(name):
         return "hub", Path(name)
+    if path.is_file():
+        raise ModelError(f"could not load model {name!r}: a file that is not a model; give a model folder, a .gguf "
+                         "file or a hub id (owner/name)")
     raise ModelError(f"model not found: {name!r} is neither a folder, a .gguf file nor a hub id (owner/name)")
 
 

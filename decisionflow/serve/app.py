@@ -502,8 +502,9 @@ def create_app(engine: Any, registry: RubricRegistry | None = None, settings: Se
         try:
             if not json_content_type(request.headers.get("content-type")):
                 sent = request.headers.get("content-type")
+                charset = " with no charset but utf-8 (JSON is UTF-8)" if json_content_type((sent or "").split(";")[0]) else ""
                 raise HttpRefusal(415, "UnsupportedMediaType", "the request body must be JSON, sent with "
-                                  f"`Content-Type: application/json` (got {'none' if sent is None else repr(sent[:80])})",
+                                  f"`Content-Type: application/json`{charset} (got {'none' if sent is None else repr(sent[:80])})",
                                   field="body")
             raw = await service.read_body(request)
             left = None if timeout_s is None else timeout_s - (time.monotonic() - arrived)

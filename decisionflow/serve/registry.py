@@ -53,6 +53,9 @@ class RubricRegistry:
         every field is answered zero-shot. Whether heads fit the model is `check_heads`'s to say.
         """
         folder = Path(folder) if folder is not None else shipped_workflows()
+        if folder is not None and folder.is_file():
+            raise RubricError.one(str(folder), "", "is a file; give the folder of YAML rubrics it is in (each file "
+                                                   "is served under its name)")
         if folder is None or not folder.is_dir():
             raise RubricError.one(str(folder), "", "rubric folder not found")
         entries: dict[str, Registered] = {}
@@ -68,6 +71,9 @@ class RubricRegistry:
                 broken = False
             except RubricError as error:
                 problems.extend(error.problems)
+            except CalibrationError as error:  # the calibration file beside is the one to mend
+                source = str(Calibration.path_for(path))
+                problems.append(Problem(source, "", str(error).removeprefix(f"{source}: ")))
             except DecisionflowError as error:
                 problems.append(Problem(str(path), "", str(error)))
             fitted = None

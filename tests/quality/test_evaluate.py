@@ -173,6 +173,15 @@ def test_cli_reports_bad_columns_without_loading_a_model(labelled_csv: Path):
     assert result.exit_code == 2 and "--output" in result.output
 
 
+def test_calibrate_never_saves_over_a_file_that_is_not_a_calibration(labelled_csv: Path):
+    before = labelled_csv.read_bytes()
+    result = runner.invoke(app, ["calibrate", str(SENTIMENT), "--data", str(labelled_csv), "--output", str(labelled_csv)])
+    assert result.exit_code == 2
+    assert (f"error: --output {labelled_csv} exists and is not a calibration file; give another path (saving would "
+            "replace it)") in " ".join(result.output.split())
+    assert labelled_csv.read_bytes() == before
+
+
 @pytest.mark.model
 def test_eval_cli_on_six_banking77_rows(tmp_path: Path):
     out = tmp_path / "eval"

@@ -29,6 +29,7 @@ def places(tmp_path: Path, monkeypatch) -> Path:
     Path("notokenizer").mkdir()
     Path("notokenizer/config.json").write_text("{}")
     Path("notokenizer/model.safetensors").write_bytes(b"")
+    Path("rows.csv").write_text("text,label\nhi,positive\n")
     return tmp_path
 
 
@@ -43,6 +44,8 @@ def places(tmp_path: Path, monkeypatch) -> Path:
                    "(*.safetensors, pytorch_model*.bin)")),
     ("notokenizer", ("could not load model 'notokenizer': it holds config.json but no tokenizer (tokenizer.json, "
                      "tokenizer.model, vocab.json, tokenizer_config.json)")),
+    ("rows.csv", ("could not load model 'rows.csv': a file that is not a model; give a model folder, a .gguf file "
+                  "or a hub id (owner/name)")),
     ("./nowhere", "model not found: './nowhere' is neither a folder, a .gguf file nor a hub id (owner/name)"),
     ("nowhere/", "model not found: 'nowhere/' is neither a folder, a .gguf file nor a hub id (owner/name)"),
 ])

@@ -109,6 +109,8 @@ def test_a_body_that_is_not_sent_as_json_is_a_415(client, content_type):
     reply = client.post("/v1/systemone", raw=raw, headers={**bearer(KEYS[0]), "Content-Type": content_type})
     assert reply.status == 415, reply.body
     assert reply.body["error"]["type"] == "UnsupportedMediaType" and reply.body["error"]["field"] == "body"
+    charset_named = "with no charset but utf-8 (JSON is UTF-8)" in reply.body["error"]["message"]
+    assert charset_named == (content_type == "application/json; charset=latin-1")
 
 
 @pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "Application/JSON", 'application/json;charset="UTF-8"'])

@@ -275,6 +275,24 @@ def test_an_unreadable_heads_file_is_listed_with_the_other_problems_of_the_folde
     assert sources.count(str(tmp_path / "tickets.heads.safetensors")) == 1
 
 
+def test_a_rubric_file_given_for_the_folder_is_refused_saying_so(tmp_path):
+    (tmp_path / "tickets.yaml").write_text(TICKETS, encoding="utf-8")
+    with pytest.raises(RubricError, match="is a file; give the folder of YAML rubrics it is in"):
+        RubricRegistry.from_folder(tmp_path / "tickets.yaml")
+    with pytest.raises(RubricError, match="rubric folder not found"):
+        RubricRegistry.from_folder(tmp_path / "elsewhere")
+
+
+def test_a_calibration_for_another_rubric_is_named_as_the_file_to_mend(tmp_path):
+    (tmp_path / "tickets.yaml").write_text(TICKETS, encoding="utf-8")
+    (tmp_path / "tickets.calibration.json").write_text('{"rubric": "other", "fields": {}}', encoding="utf-8")
+    with pytest.raises(RubricError) as refused:
+        RubricRegistry.from_folder(tmp_path)
+    [problem] = refused.value.problems
+    assert problem.source == str(tmp_path / "tickets.calibration.json")
+    assert problem.message.startswith("the calibration is for rubric 'other'")
+
+
 # -- --no-heads, and the line saying which heads are applied --------------------------------------------
 
 
