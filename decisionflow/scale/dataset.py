@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,20 +110,25 @@ def decide_dataset(
         "model": options.model, "mode": options.mode, "pin_first": options.pin_first, "dtype": options.dtype,
         "device": options.device or ("cuda" if gpus > 0 else None), "loader": options.loader,
     }
-    return dataset.map_batches(
-        DecisionActor,
-        fn_constructor_args=(target,),
-        fn_constructor_kwargs={
-            "text_column": text_column, "id_column": id_column, "payload_is_json": payload_is_json,
-            "calibration": calibration, "heads": heads, "engine": engine, "threads": max(1, int(options.cpus_per_actor)),
-        },
-        compute=ray.data.ActorPoolStrategy(size=options.num_actors),
-        batch_size=options.batch_size,
-        batch_format="numpy",
-        num_cpus=options.cpus_per_actor,
-        num_gpus=gpus,
-        **actor_remote_args(options),
-    )
+    with warnings.catch_warnings():
+        # Ray 2.60 deprecates remote options passed as extra keywords, yet names no parameter for an actor's
+        # restarts and retries, which bound a crashing actor (`actor_remote_args`); the `ray` extra stays
+        # below the version that removes them.
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        return dataset.map_batches(
+            DecisionActor,
+            fn_constructor_args=(target,),
+            fn_constructor_kwargs={
+                "text_column": text_column, "id_column": id_column, "payload_is_json": payload_is_json,
+                "calibration": calibration, "heads": heads, "engine": engine, "threads": max(1, int(options.cpus_per_actor)),
+            },
+            compute=ray.data.ActorPoolStrategy(size=options.num_actors),
+            batch_size=options.batch_size,
+            batch_format="numpy",
+            num_cpus=options.cpus_per_actor,
+            num_gpus=gpus,
+            **actor_remote_args(options),
+        )
 
 
 def actor_remote_args(options: RayOptions) -> dict[str, Any]:
