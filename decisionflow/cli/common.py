@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator, TypeVar
@@ -84,7 +85,12 @@ def guarded(ctx: typer.Context, err: Console, action: Callable[[], T]) -> T:
     except (DecisionflowError, OSError) as error:
         if ctx.obj.debug:
             raise
-        say(err, f"error: {error}")
+        # Heads found beside the rubric that no longer fit stop a command that can go on without them: say how.
+        heads = sys.modules.get("decisionflow.runtime.heads")  # imported by then wherever heads were read
+        refused_heads = heads is not None and isinstance(error, heads.HeadsError)
+        found_beside = "no_heads" in ctx.params and ctx.params.get("heads_path") is None
+        hint = " (or answer zero-shot with --no-heads)" if refused_heads and found_beside else ""
+        say(err, f"error: {error}{hint}")
         raise typer.Exit(outcome_of(error).exit_code if isinstance(error, DecisionflowError) else 1) from None
 
 

@@ -286,7 +286,7 @@ def test_run_refuses_heads_fitted_for_another_rubric(fitted_project, tmp_path: P
     assert stale.exit_code == 1
     [line] = error_lines(stale)
     assert line.startswith(f"error: {Heads.path_for(changed)}: the head of field 'code' was fitted for other answers")
-    assert "the rubric adds k3" in line
+    assert "the rubric adds k3" in line and line.endswith("; fit again (or answer zero-shot with --no-heads)")
     # Named before the model loads, and before a calibration is checked against them: the heads are at fault.
     from decisionflow.runtime.calibration import Calibration, FieldCalibration
 
