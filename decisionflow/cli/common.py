@@ -210,7 +210,7 @@ def saved_beside(rubric_ref: str, what: str, path_for: Any) -> Path | str:
         return f"{rubric_ref} is not a YAML file, so there is no folder to save the {what} beside; give --output PATH"
     if is_shipped_elsewhere(rubric_ref):
         return (f"{rubric_ref} names the shipped workflow {found}, whose folder is the installed package's; give "
-                f"--output PATH (other commands then take the {what} with --{'heads' if what == 'heads' else 'calibration'} PATH)")
+                f"--output PATH (other commands then take the {what} with --{what} PATH)")
     return path_for(found)
 
 
