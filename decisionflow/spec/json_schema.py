@@ -25,7 +25,7 @@ of the answer object, torch-free:
 Properties keep the schema's order (the plan pins the first field, as any rubric's); every property is
 answered, required or not. `title` and `description` become a field's question (the description first)
 and an option's description (`anyOf` of described `const`s). Everything open-ended (a string without
-`enum`, a number that is not an enum, `pattern`, `format`, arrays of objects, maps of any keys,
+`enum`, a number that is not an enum, `pattern`, `format`, arrays of objects or booleans, maps of any keys,
 recursion, conditional schemas) is refused with one `SchemaError` naming the JSON path of the first
 such property (`customer.notes`, `tags[]`) and what is supported.
 """
@@ -309,6 +309,10 @@ class _Reader:
         domain = self.domain(items, items_path, depth=depth + 1, refs=inner)
         if not domain.members:
             raise SchemaError(items_path, "the array's items allow only null")
+        if domain.boolean:
+            # A set of options is a closed question; a list of true/false flags has no meaning per position.
+            raise SchemaError(items_path, "an array of booleans is open-ended (how many, and what each one means); "
+                                          f"use an array of an enum naming what it flags, or one boolean property per flag; {SUPPORTED}")
         min_items, max_items = _count(node.get("minItems"), items_path, "minItems"), _count(node.get("maxItems"), items_path, "maxItems")
         if min_items > len(domain.members):
             raise SchemaError(path, f"`minItems` {min_items} asks for more items than the {len(domain.members)} options")

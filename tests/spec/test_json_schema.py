@@ -220,6 +220,7 @@ STRING = {"type": "string"}
     (obj({"pair": {"type": "array", "prefixItems": [{"type": "boolean"}]}}), "pair", "tuple"),
     (obj({"names": {"type": "array", "items": STRING}}), "names[]", "a string without `enum`"),
     (obj({"any": {"type": "array"}}), "any", "without `items`"),
+    (obj({"flags": {"type": "array", "items": {"type": "boolean"}}}), "flags[]", "an array of booleans is open-ended"),
     (obj({"map": {"type": "object", "additionalProperties": {"type": "boolean"}}}), "map", "a map of any keys"),
     (obj({"anything": {}}), "anything", "any value"),
     (obj({"untyped": {"description": "no type"}}), "untyped", "any value"),
