@@ -121,8 +121,11 @@ class PreparedRubrics:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __contains__(self, rubric: Rubric) -> bool:
-        return self.key(rubric) in self._entries
+    def __contains__(self, target: Any) -> bool:
+        """Whether a rubric (or a decorated class, as `decide` takes it) is prepared."""
+        from ..spec.declare import rubric_of
+
+        return self.key(target if isinstance(target, Rubric) else rubric_of(target)) in self._entries
 
     def values(self) -> Iterator[PreparedRubric]:
         with self._lock:

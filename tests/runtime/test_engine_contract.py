@@ -161,6 +161,17 @@ def test_the_request_that_prepares_a_rubric_counts_the_preparation_in_its_total(
     assert second.stats.timings_ms["total"] >= second.stats.timings_ms["passes"]
 
 
+def test_a_decorated_class_is_looked_up_in_the_prepared_rubrics_as_decide_takes_it(engine: Engine):
+    @decision
+    class Looked(BaseModel):
+        topic: Annotated[Literal["delivery", "billing"], ask("What the message is about")]
+
+    fresh = Engine(engine.loaded, options=EngineOptions(max_prepared=2))
+    assert Looked not in fresh.prepared
+    fresh.decide(Looked, TEXTS[0])
+    assert Looked in fresh.prepared and RUBRIC not in fresh.prepared
+
+
 def test_pinned_rubrics_stay_and_a_refused_rubric_is_not_kept(engine: Engine):
     small = Engine(engine.loaded, options=EngineOptions(max_prepared=1))
     served = Rubric.model_validate({**RUBRIC.model_dump(), "name": "served"})
