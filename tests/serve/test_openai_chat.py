@@ -135,9 +135,13 @@ def test_a_forced_function_call_answers_its_arguments(client, model, expected):
 
 def test_streaming_with_the_sdks_helper(client, model, expected, server_port):
     with client.chat.completions.stream(model=model, messages=MESSAGES, response_format=Ticket) as stream:
-        kinds = [event.type for event in stream]
+        events = list(stream)
         final = stream.get_final_completion()
+    kinds = [event.type for event in events]
     assert "content.done" in kinds and final.choices[0].message.parsed == Ticket.model_validate(expected)
+    # The extension rides on the finishing chunk (the helper's final completion does not keep it: openai.md).
+    finishing = [e.chunk for e in events if e.type == "chunk" and e.chunk.choices and e.chunk.choices[0].finish_reason]
+    assert finishing and finishing[-1].model_extra["decisionflow"]["fields"]["team"]["value"] == expected["team"]
     body = {"model": model, "messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True},
             "response_format": openai.lib._parsing._completions.type_to_response_format_param(Ticket)}
     raw = Client(server_port).post("/v1/chat/completions", body)
