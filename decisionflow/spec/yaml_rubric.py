@@ -9,6 +9,7 @@ fields, is one `source: location: message (line N)` line.
 from __future__ import annotations
 
 import math
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Any, Iterator
@@ -48,6 +49,8 @@ class _RubricDumper(yaml.SafeDumper):
 
 
 install_core_schema(_RubricDumper)
+# YAML 1.1 also reads y, Y, n and N as booleans, which PyYAML's own resolver leaves out.
+_RubricDumper.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
 
 
 class _FlowList(list):

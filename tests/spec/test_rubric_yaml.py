@@ -143,9 +143,15 @@ fields:
 
 def test_dump_quotes_labels_that_would_change_type():
     rubric = loads_rubric(
-        "name: t\nfields:\n  a: {kind: choice, question: q, options: ['yes', 'no', '1', 'null']}\n"
+        "name: t\nfields:\n  a: {kind: choice, question: q, options: ['yes', 'no', '1', 'null', 'y', 'N', 'Off', why]}\n"
     )
-    assert loads_rubric(dump_rubric(rubric)) == rubric
+    dumped = dump_rubric(rubric)
+    assert loads_rubric(dumped) == rubric
+    # Quoted for YAML 1.1 readers too (PyYAML's own loader, for one), y and N among them; a plain word is not.
+    import yaml
+
+    assert list(yaml.safe_load(dumped)["fields"]["a"]["options"]) == ["yes", "no", "1", "null", "y", "N", "Off", "why"]
+    assert "'y':" in dumped and "'N':" in dumped and "\n      why:" in dumped
 
 
 def test_save_and_load(tmp_path: Path):
