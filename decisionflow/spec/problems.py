@@ -156,8 +156,8 @@ def unknown_key(path: Path, *, hint: bool = True) -> str:
         return f"unknown key {shown(key)}"
     allowed = [name for name in model.model_fields if not (model is FieldSpec and name == "name")]
     close = difflib.get_close_matches(key, allowed, n=1) if hint and len(key) < 100 else []
-    suggestion = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown key {shown(key)}; {suggestion}(allowed: {', '.join(allowed)})"
+    suggestion = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown key {shown(key)}{suggestion} (allowed: {', '.join(allowed)})"
 
 
 def _model_at(path: Path) -> type[BaseModel] | None:
