@@ -1,7 +1,7 @@
 """Measure serving and batch throughput side by side in one run; print a table and write a JSON file.
 
     .venv/bin/python -m benchmarks.serving.measure                 # everything (~5-10 minutes on 2 cores)
-    .venv/bin/python -m benchmarks.serving.measure --skip-ray      # only the server
+    .venv/bin/python -m benchmarks.serving.measure --skip-ray      # the server and the plain batch runs, no Ray
 
 Serving: `decisionflow serve` is started twice on a loopback port, once with micro-batching and once
 without (`--no-batching`); for 1, 8 and 32 concurrent clients (keep-alive connections, each sending
