@@ -75,6 +75,8 @@ NOTE = "decisionflow"
 
 
 _OPENAI_PATHS = (CHAT_ROUTE, "/v1/models/")
+_OPENAI_LISTING = "/v1/models"
+"""The SDK's `client.models.list()`: its errors take OpenAI's shape too."""
 
 
 class _ClientGone(Exception):
@@ -714,7 +716,8 @@ class _Front:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        note = RequestNote(_request_id(scope.get("headers", [])), openai=scope.get("path", "").startswith(_OPENAI_PATHS))
+        path = scope.get("path", "")
+        note = RequestNote(_request_id(scope.get("headers", [])), openai=path == _OPENAI_LISTING or path.startswith(_OPENAI_PATHS))
         scope.setdefault("state", {})[NOTE] = note
         header = (b"x-request-id", note.request_id.encode("ascii"))
         status: int | None = None

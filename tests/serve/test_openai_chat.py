@@ -281,6 +281,9 @@ def test_keys_budget_and_body_limit_answer_in_openais_shape(engine, rubric_folde
             openai.OpenAI(base_url=base, api_key="wrong", max_retries=0).chat.completions.parse(
                 model="m", messages=MESSAGES, response_format=Ticket)
         assert raised.value.code == "invalid_api_key" and raised.value.body["type"] == "authentication_error"
+        with pytest.raises(openai.AuthenticationError) as listed:
+            openai.OpenAI(base_url=base, api_key="wrong", max_retries=0).models.list()
+        assert listed.value.code == "invalid_api_key"
         client = openai.OpenAI(base_url=base, api_key="secret-key-0123456789", max_retries=0)
         model = client.models.list().data[0].id
 
