@@ -70,6 +70,10 @@ class CalibrationError(DecisionflowError, ValueError):
     """A calibration does not belong to the rubric it is applied to, or cannot be read."""
 
 
+class HeadsError(CalibrationError):
+    """A heads file cannot be read, or was fitted for another model, rubric, prompt or option set."""
+
+
 class DataError(DecisionflowError):
     """Labelled data or an input file cannot be used: a missing file or column, a bad row, a bad slice."""
 

@@ -19,10 +19,10 @@ CELL_LIMIT = min(sys.maxsize, 2**31 - 1)
 """The largest cell the reader takes (the C reader's limit is a C long)."""
 
 
-def csv_records(handle: TextIO, where: str) -> Iterator[tuple[int, list[str]]]:
-    """Each record of an open CSV file (RFC 4180, opened with `newline=""`) with the line it starts on
-    (1-based; a quoted cell may span lines). A quote left open, text after a closing quote, or a NUL is a
-    `DataError` naming `where` and the record's first line."""
+def csv_records(handle: TextIO, where: str) -> Iterator[list[str]]:
+    """Each record of an open CSV file (RFC 4180, opened with `newline=""`; a quoted cell may span lines).
+    A quote left open, text after a closing quote, or a NUL is a `DataError` naming `where` and the line
+    the record starts on."""
     csv.field_size_limit(CELL_LIMIT)
     reader = csv.reader(handle, strict=True)
     while True:
@@ -33,7 +33,7 @@ def csv_records(handle: TextIO, where: str) -> Iterator[tuple[int, list[str]]]:
             return
         except csv.Error as error:
             raise DataError(f"{where}: {_explain(str(error), first_line, reader.line_num)}") from None
-        yield first_line, record
+        yield record
 
 
 def _explain(error: str, first_line: int, last_line: int) -> str:

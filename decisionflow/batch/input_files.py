@@ -173,7 +173,7 @@ def _as_json(value: Any) -> str:
 def _csv_cells(path: Path, text_column: str | None, id_column: str | None) -> Iterator[_Cell]:
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
-            records = (record for _, record in csv_records(handle, str(path)))
+            records = csv_records(handle, str(path))
             header = next(records, None)
             if header is None:
                 raise DataError(f"{path}: the CSV file is empty (a header row is needed)")

@@ -45,7 +45,7 @@ def bench_command(
     selected = build_workloads(data_dir, quick=quick)
     if workloads is not None:
         known = [w.name for w in selected]
-        keep = _listed(workloads, "--workloads", f"workload{' with --quick' if quick else ''}", known)
+        keep = _listed(workloads, "--workloads", "workload", known, " with --quick" if quick else "")
         selected = [w for w in selected if w.name in keep]
 
     import warnings
@@ -113,13 +113,12 @@ def _in_process_server(engine: Any, running: contextlib.ExitStack) -> Any:
     return start
 
 
-def _listed(given: str, option: str, what: str, known: Sequence[str]) -> list[str]:
+def _listed(given: str, option: str, noun: str, known: Sequence[str], known_when: str = "") -> list[str]:
     """The comma-separated names of `given`, each one of `known` (blanks around a comma ignored)."""
-    names = [name.strip() for name in given.split(",")]
-    if not any(names):
-        raise typer.BadParameter(f"names no {what.split()[0]}: give one or more of {', '.join(known)}", param_hint=option)
-    names = [name for name in names if name]
+    names = [name.strip() for name in given.split(",") if name.strip()]
+    if not names:
+        raise typer.BadParameter(f"names no {noun}: give one or more of {', '.join(known)}", param_hint=option)
     unknown = [name for name in names if name not in known]
     if unknown:
-        raise typer.BadParameter(f"unknown {what} {unknown[0]!r} (known: {', '.join(known)})", param_hint=option)
+        raise typer.BadParameter(f"unknown {noun} {unknown[0]!r} (known{known_when}: {', '.join(known)})", param_hint=option)
     return names

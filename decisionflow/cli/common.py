@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator, TypeVar
@@ -17,9 +16,9 @@ from typing import Annotated, Any, Callable, Iterator, TypeVar
 import typer
 from rich.console import Console
 
-from ..errors import DataError, DecisionflowError, RubricError, outcome_of
+from ..errors import DataError, DecisionflowError, HeadsError, RubricError, outcome_of
 from ..paths import existing_ancestor
-from ..spec.references import is_shipped_elsewhere, resolve_rubric, resolve_target, rubric_file
+from ..spec.references import resolve_rubric, resolve_target, rubric_file
 from ..spec.rubric import Rubric
 from ..spec.text import one_line
 
@@ -86,10 +85,8 @@ def guarded(ctx: typer.Context, err: Console, action: Callable[[], T]) -> T:
         if ctx.obj.debug:
             raise
         # Heads found beside the rubric that no longer fit stop a command that can go on without them: say how.
-        heads = sys.modules.get("decisionflow.runtime.heads")  # imported by then wherever heads were read
-        refused_heads = heads is not None and isinstance(error, heads.HeadsError)
         found_beside = "no_heads" in ctx.params and ctx.params.get("heads_path") is None
-        hint = " (or answer zero-shot with --no-heads)" if refused_heads and found_beside else ""
+        hint = " (or answer zero-shot with --no-heads)" if isinstance(error, HeadsError) and found_beside else ""
         say(err, f"error: {error}{hint}")
         raise typer.Exit(outcome_of(error).exit_code if isinstance(error, DecisionflowError) else 1) from None
 
@@ -201,16 +198,19 @@ def chosen_heads(rubric_ref: str, path: Path | None, off: bool, rubric: Rubric |
     return heads, path
 
 
-def saved_beside(rubric_ref: str, what: str, path_for: Any) -> Path | str:
+def saved_beside(err: Console, rubric_ref: str, what: str, path_for: Callable[[Path], Path]) -> Path:
     """Where `fit` or `calibrate` saves `what` when no --output is given: beside the YAML rubric the
-    reference names (`path_for(file)`), or why it cannot (a class, or a shipped workflow found in the
-    package from another directory, whose folder is the installed package's)."""
+    reference names (`path_for(file)`). Exit 2 with one `error:` line where there is no such folder to
+    write in: a class, or a shipped workflow found in the installed package from another directory."""
     found = rubric_file(rubric_ref)
     if found is None:
-        return f"{rubric_ref} is not a YAML file, so there is no folder to save the {what} beside; give --output PATH"
-    if is_shipped_elsewhere(rubric_ref):
-        return (f"{rubric_ref} names the shipped workflow {found}, whose folder is the installed package's; give "
-                f"--output PATH (other commands then take the {what} with --{what} PATH)")
+        say(err, f"error: {rubric_ref} is not a YAML file, so there is no folder to save the {what} beside; "
+                 "give --output PATH")
+        raise typer.Exit(2)
+    if found.exists() and not Path(rubric_ref).exists():
+        say(err, f"error: {rubric_ref} names the shipped workflow {found}, whose folder is the installed package's; "
+                 f"give --output PATH (other commands then take the {what} with --{what} PATH)")
+        raise typer.Exit(2)
     return path_for(found)
 
 

@@ -95,12 +95,7 @@ def fit_command(
     from ..runtime.heads import Heads
 
     err = stderr()
-    if output is None:
-        beside = saved_beside(rubric_ref, "heads", Heads.path_for)
-        if isinstance(beside, str):
-            say(err, f"error: {beside}")
-            raise typer.Exit(2)
-        output = beside
+    output = output or saved_beside(err, rubric_ref, "heads", Heads.path_for)
     refuse_output(err, output, folder=False, option="--output")
     if problem := Heads.save_problem(output):
         say(err, f"error: --output {problem}")

@@ -241,15 +241,10 @@ def calibrate_command(
         say(err, "error: --min-mass, --min-probability and --fit-min-mass are fitted with --data (labelled rows)")
         raise typer.Exit(2)
     method = guarded(ctx, err, lambda: _debias(debias))
-    if output is None:
-        beside = saved_beside(rubric_ref, "calibration", Calibration.path_for)
-        if isinstance(beside, str):
-            say(err, f"error: {beside}")
-            raise typer.Exit(2)
-        output = beside
+    output = output or saved_beside(err, rubric_ref, "calibration", Calibration.path_for)
     refuse_output(err, output, folder=False, option="--output")
-    if output.is_file() and not _holds_calibration(output):
-        say(err, f"error: --output {output} exists and is not a calibration file; give another path (saving would replace it)")
+    if problem := Calibration.save_problem(output):
+        say(err, f"error: --output {problem}")
         raise typer.Exit(2)
     target, rubric = load_target_and_rubric(ctx, rubric_ref, err)
     fields = guarded(ctx, err, lambda: _read_fields(rubric, resolve_fields(rubric, field)))
@@ -330,17 +325,6 @@ def _debias(name: str | None) -> str | None:
         return Debias(name).value
     except ValueError:
         raise DataError(f"--debias must be one of {', '.join(d.value for d in Debias)}, got {name!r}") from None
-
-
-def _holds_calibration(path: Path) -> bool:
-    """Whether `path` is a calibration file (of any rubric), so that saving over it loses nothing else."""
-    from ..runtime.calibration import Calibration
-
-    try:
-        Calibration.load(path)
-    except CalibrationError:
-        return False
-    return True
 
 
 def _existing_calibration(path: Path, rubric: Any) -> Any:

@@ -108,16 +108,15 @@ def plan(
 def add_token_view(data: dict, rubric: Rubric, *, model: str | None, text: str | None, exact: bool, err: Console,
                    pin: bool | None = None) -> dict:
     """Extend `plan --json` with what the tokenizer says: rows, their tokens, where each row ends."""
-    from ..compiler import ReadMode, compile_rubric
+    from ..compiler import DEFAULT_CATALOG, ReadMode, compile_rubric
     from ..compiler.tokens import token_text
-    from ..runtime.engine import EngineOptions
     from ..runtime.loading import load_tokenizer
 
     with err.status("loading the tokenizer") as status:
         tokenizer = load_tokenizer(model, status=lambda message: status.update(message))
     # The prompt `run` builds: the engine's catalog where the rubric does not choose one, its pinning.
     compiled = compile_rubric(tokenizer, rubric, mode=ReadMode.EXACT if exact else ReadMode.BRANCH,
-                              catalog=EngineOptions().catalog, pin_first=pin)
+                              catalog=DEFAULT_CATALOG, pin_first=pin)
     rows = compiled.token_view()
     for name, field in compiled.fields.items():
         # The decoded text would show a token that ends mid-character as U+FFFD; say its bytes instead.

@@ -6,11 +6,11 @@ Needs a tokenizer, never torch: `decisionflow plan --tokens` runs it without loa
 from .compiled import CompiledRubric, compile_rubric, example_answer
 from .inputs import render_input
 from .layout import LAYOUTS, Layout, probe_layout
-from .prompt import Catalog, PromptParts, render_prompt, system_text
+from .prompt import DEFAULT_CATALOG, Catalog, PromptParts, render_prompt, system_text
 from .tokens import TokenizerView
 from .trie import CompiledField, ReadMode, TrieNode
 
 __all__ = [
-    "LAYOUTS", "Catalog", "CompiledField", "CompiledRubric", "Layout", "PromptParts", "ReadMode", "TokenizerView",
+    "DEFAULT_CATALOG", "LAYOUTS", "Catalog", "CompiledField", "CompiledRubric", "Layout", "PromptParts", "ReadMode", "TokenizerView",
     "TrieNode", "compile_rubric", "example_answer", "probe_layout", "render_input", "render_prompt", "system_text",
 ]

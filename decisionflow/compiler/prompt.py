@@ -26,6 +26,10 @@ PREAMBLE = (
 )
 
 
+DEFAULT_CATALOG = Catalog.AUTO
+"""The catalog where neither the field nor the rubric names one (the engine's `EngineOptions.catalog`
+default, and what `plan --tokens` counts with)."""
+
 AUTO_FULL_MAX = 20
 """`auto` lists a field's options in full up to this many, and none above. Measured on the development
 sets (docs/engine.md, "Catalog strategies"): dropping the catalog raised accuracy on the 77- and

@@ -109,7 +109,7 @@ def _csv_records(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
         raise DataError(f"data file not found: {path}")
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
-            rows = (record for _, record in csv_records(handle, str(path)))
+            rows = csv_records(handle, str(path))
             header = next(rows, [])
             if not header:
                 raise DataError(f"{path}: empty file, expected a CSV header row")

@@ -75,17 +75,6 @@ class PassOutput(NamedTuple):
     (None when no pool was asked for)."""
 
 
-class InputPool(NamedTuple):
-    """Rows of a pass to average in groups at some layers: each request's input positions, for the heads
-    that read the input's mean hidden state."""
-
-    layers: tuple[int, ...]
-    rows: Sequence[int]
-    """Positions in the pass, group after group."""
-    sizes: Sequence[int]
-    """How many of `rows` each group has (each at least 1)."""
-
-
 @dataclass
 class PackedPass:
     """Tokens of one forward pass. A parent of -1 attaches a token to the end of its request's context."""
@@ -235,7 +224,7 @@ class TransformersBackend:
         feature_layers: Sequence[int] = (),
         feature_positions: Sequence[int] = (),
         gather: tuple[Sequence[int], Sequence[int]] | None = None,
-        pool: InputPool | None = None,
+        pool: Pool | None = None,
     ) -> PassOutput:
         """`run_pass`, also returning the hidden states of `feature_layers` at `feature_positions` of the
         pass ([len(feature_positions), hidden * layers] float32, see `forward.Capture`; None when no
@@ -267,7 +256,7 @@ class TransformersBackend:
         else:
             attend = self._blockwise_attention(head, contexts, layout)
         capture = None
-        pooled = Pool(tuple(pool.layers), on_device["pool_rows"], on_device["pool_sizes"]) if pool and pool.layers and pool.rows else None
+        pooled = pool._replace(rows=on_device["pool_rows"], sizes=on_device["pool_sizes"]) if pool is not None else None
         if len(on_device["features"]) or pooled is not None:
             capture = Capture(feature_layers, len(self.parts.layers), on_device["features"],
                               partial(self.ops.norm, self.parts.norm), pooled)

@@ -117,7 +117,23 @@ class Calibration(BaseModel):
                     f"heads it was fitted with"
                 )
 
+    @staticmethod
+    def save_problem(path: str | Path) -> str | None:
+        """Why `save(path)` would overwrite a file that is not a calibration (a data file, a rubric); None
+        when the path is free or holds a calibration (of any rubric: a refit rewrites it)."""
+        path = Path(path)
+        if not path.is_file():
+            return None
+        try:
+            Calibration.load(path)
+        except CalibrationError:
+            return f"{path} exists and is not a calibration file; give another path (saving would replace it)"
+        return None
+
     def save(self, path: str | Path) -> None:
+        """Write the calibration as JSON; a `CalibrationError` where that would replace another file (`save_problem`)."""
+        if problem := self.save_problem(path):
+            raise CalibrationError(problem)
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
 

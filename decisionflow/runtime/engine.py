@@ -21,7 +21,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..compiler import Catalog, CompiledRubric, ReadMode, TokenizerView
+from ..compiler import DEFAULT_CATALOG, Catalog, CompiledRubric, ReadMode, TokenizerView
 from ..errors import DecisionflowError, InputError, ModelError, ResultError
 from ..spec.declare import rubric_of, typed_model
 from ..spec.plan import Plan
@@ -43,7 +43,7 @@ Progress = Callable[[int, int], None]
 @dataclass(frozen=True)
 class EngineOptions:
     mode: ReadMode = ReadMode.BRANCH
-    catalog: Catalog = Catalog.AUTO
+    catalog: Catalog = DEFAULT_CATALOG
     """How much of each choice field's options the prompt lists, where the rubric does not say
     (`compiler.prompt.catalog_for`; measured in docs/engine.md)."""
     debias: Debias = Debias.CONTENT_FREE_HALF
@@ -318,8 +318,13 @@ class Engine:
                 for index, state in zip(indexes, states):
                     captured[index] = state.captured
             # A request that reports the rubric's preparation (compile, head, prior) counts it in its total.
-            total_ms = (time.perf_counter() - began) * 1000 + (
-                0.0 if head_hit else prepared.compile_ms + prepared.head_ms + (prepared.prior_ms if prepared.prior_source else 0.0))
+            preparation = {} if head_hit else {
+                "compile": prepared.compile_ms,
+                f"head_{'load' if prepared.head_source == 'disk' else 'prefill'}": prepared.head_ms,
+                **({f"prior_{'load' if prepared.prior_source == 'disk' else 'read'}": prepared.prior_ms}
+                   if prepared.prior_source else {}),
+            }
+            total_ms = (time.perf_counter() - began) * 1000 + sum(preparation.values())
             for index, state in zip(indexes, states):
                 stats = Stats(
                     forward_passes=state.passes,
@@ -328,16 +333,7 @@ class Engine:
                     head_tokens=len(prepared.compiled.head_tokens),
                     head_cache_hit=head_hit,
                     batch_size=len(indexes),
-                    timings_ms={
-                        "total": total_ms,
-                        "passes": pass_ms,
-                        **({} if head_hit else {
-                            "compile": prepared.compile_ms,
-                            f"head_{'load' if prepared.head_source == 'disk' else 'prefill'}": prepared.head_ms,
-                            **({f"prior_{'load' if prepared.prior_source == 'disk' else 'read'}": prepared.prior_ms}
-                               if prepared.prior_source else {}),
-                        }),
-                    },
+                    timings_ms={"total": total_ms, "passes": pass_ms, **preparation},
                     head_source="memory" if head_hit else prepared.head_source,
                     device=str(self.backend.device),
                     path=self.backend.path,

@@ -16,7 +16,7 @@ With fitted heads (`runtime.heads`), the same pass also hands back the hidden st
 field's answer position, and the field's head turns them (with the zero-shot distribution) into the
 field's answer. A fused head with an input-mean member also reads the hidden states averaged over the
 input's positions: the pass that feeds a request's input averages them on the device as each layer is done
-(`backend.InputPool`, so it holds no input token's state longer than a layer) and hands them back
+(`forward.Pool`, so it holds no input token's state longer than a layer) and hands them back
 with the answer positions' states (`RequestState.input_means`). To fit heads, `capture` keeps those
 features per field, and `RequestState.forced` writes a row's gold answers into the prompt instead of the
 model's, so dependent fields are read as they would be under the right parent answer.
@@ -43,10 +43,11 @@ from ..compiler import CompiledField, CompiledRubric
 from ..errors import ContextLengthError, InputError, ModelError
 from ..spec.plan import Plan, Round
 from ..spec.rubric import FieldKind, FieldSpec, Value, label_of
-from .backend import HeadCache, InputPool, PackedPass, RequestContext, TransformersBackend
+from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
 from .calibration import Calibration
 from .debias import Debias, Priors
 from .derive import Joint, derive_field
+from .forward import Pool
 from .heads import Heads
 from .readout import FieldReading, gather_index, read_fields
 from .result import FieldResult
@@ -186,7 +187,7 @@ def execute(
         rows = read_rows(reads)
         feature_rows = [r.positions[r.row.root_read] for r in reads] if read_layers else []
         averaged = [state for state in requests if state.input_rows] if mean_layers else []
-        pool = InputPool(mean_layers, [row for state in averaged for row in state.input_rows],
+        pool = Pool(mean_layers, [row for state in averaged for row in state.input_rows],
                          [len(state.input_rows) for state in averaged]) if averaged else None
         out = backend.run_pass_with_features(
             head, [s.context for s in requests], packed, [p for r in reads for p in r.positions],

@@ -14,7 +14,7 @@ Shapes: one sequence at a time, `n` tokens; hidden states [1, n, hidden]; per la
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
@@ -149,19 +149,21 @@ class Capture:
         return torch.cat([mean for mean in self.means if mean is not None], dim=-1)
 
 
-@dataclass(frozen=True)
-class Pool:
-    """Rows of a pass to average in groups at some layers, on the pass's device: `rows` [m] positions,
-    group after group; `sizes` [groups] how many rows each group has (every size at least 1)."""
+class Pool(NamedTuple):
+    """Rows of a pass to average in groups at some layers: each request's input positions, for the heads
+    that read the input's mean hidden state. A backend is handed host lists; the decoder's pass holds the
+    same as device tensors. The executor passes a pool only with a layer and a row to average."""
 
     layers: tuple[int, ...]
-    rows: torch.Tensor
-    sizes: torch.Tensor
+    rows: Sequence[int] | torch.Tensor
+    """Positions in the pass, group after group."""
+    sizes: Sequence[int] | torch.Tensor
+    """How many of `rows` each group has (each at least 1)."""
 
 
-def average_groups(rows: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+def average_groups(rows: torch.Tensor, sizes: Sequence[int] | torch.Tensor) -> torch.Tensor:
     """[len(sizes), width]: `rows` [sum(sizes), width] averaged group by group, in order, on their device."""
-    sizes = sizes.to(device=rows.device, dtype=torch.long)
+    sizes = torch.as_tensor(sizes, dtype=torch.long, device=rows.device)
     # output_size: the group of every row is known without reading `sizes` back from the device
     groups = torch.repeat_interleave(torch.arange(len(sizes), device=rows.device), sizes, output_size=rows.shape[0])
     sums = torch.zeros(len(sizes), rows.shape[1], dtype=rows.dtype, device=rows.device).index_add_(0, groups, rows)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
-from ..errors import CalibrationError
+from ..errors import HeadsError
 from ..spec.rubric import Rubric
 from .lexical import Lexicon
 
@@ -60,10 +60,6 @@ READOUT_METHODS = {"multinomial": "fitted", "ordinal": "fitted", "ngram": "ngram
 """The `method` a result names for each head that can answer a field."""
 FITTED_ON_KEY = "fitted_on.input_hashes"
 """The tensor of the fitting rows' `input_hashes` (no field's tensor is named `NAME.input_hashes`)."""
-
-
-class HeadsError(CalibrationError):
-    """A heads file cannot be read, or was fitted for another model, rubric, prompt or option set."""
 
 
 class Candidate(BaseModel):

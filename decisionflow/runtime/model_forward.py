@@ -26,8 +26,8 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import ContextLengthError, ModelError
-from .backend import HeadCache, InputPool, PackedPass, PassOutput, RequestContext, TransformersBackend, tree_visibility
-from .forward import KV, average_groups
+from .backend import HeadCache, PackedPass, PassOutput, RequestContext, TransformersBackend, tree_visibility
+from .forward import KV, Pool, average_groups
 
 PATH = "model-forward"
 REFERENCE_PATH = "plain-forward"
@@ -146,7 +146,7 @@ class ModelForwardBackend(_ForwardBase):
     def run_pass_with_features(
         self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int],
         feature_layers: Sequence[int] = (), feature_positions: Sequence[int] = (),
-        gather: tuple[Sequence[int], Sequence[int]] | None = None, pool: InputPool | None = None,
+        gather: tuple[Sequence[int], Sequence[int]] | None = None, pool: Pool | None = None,
     ) -> PassOutput:
         from transformers import DynamicCache
 
@@ -176,12 +176,11 @@ class ModelForwardBackend(_ForwardBase):
             cache.update(torch.cat(keys, dim=-2), torch.cat(values, dim=-2), layer)
         reads = torch.tensor(list(read_positions), dtype=torch.long, device=self.device)
         wants_features = bool(feature_layers) and bool(feature_positions)
-        pooled = pool is not None and bool(pool.layers) and bool(pool.rows)
         out = self.model(
             input_ids=torch.tensor([packed.tokens], device=self.device),
             position_ids=torch.tensor([layout.positions], device=self.device),
             attention_mask=mask.to(self.device), **{self._cache_keyword: cache}, use_cache=True,
-            output_hidden_states=wants_features or pooled, **({"logits_to_keep": reads} if self._keeps_logits else {}),
+            output_hidden_states=wants_features or pool is not None, **({"logits_to_keep": reads} if self._keeps_logits else {}),
         )
         logits = out.logits[0] if self._keeps_logits else out.logits[0, reads]
         logprobs = torch.log_softmax(logits.float(), dim=-1)
@@ -194,9 +193,8 @@ class ModelForwardBackend(_ForwardBase):
         if wants_features:
             features = self._features(out.hidden_states, feature_layers, list(feature_positions))
         means = None
-        if pooled:
-            assert pool is not None
-            means = average_groups(self._features(out.hidden_states, pool.layers, list(pool.rows)), torch.tensor(list(pool.sizes)))
+        if pool is not None:
+            means = average_groups(self._features(out.hidden_states, pool.layers, list(pool.rows)), pool.sizes)
         gathered = logprobs[list(gather[0]), list(gather[1])] if gather else None
         return PassOutput(logprobs, features, gathered, means)
 
@@ -215,7 +213,7 @@ class PlainForwardBackend(_ForwardBase):
     def run_pass_with_features(
         self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int],
         feature_layers: Sequence[int] = (), feature_positions: Sequence[int] = (),
-        gather: tuple[Sequence[int], Sequence[int]] | None = None, pool: InputPool | None = None,
+        gather: tuple[Sequence[int], Sequence[int]] | None = None, pool: Pool | None = None,
     ) -> PassOutput:
         def sequence(index: int) -> list[int]:
             chain = []
@@ -227,7 +225,7 @@ class PlainForwardBackend(_ForwardBase):
 
         rows, features, pooled = [], [], []
         wanted = list(feature_positions) if feature_layers else []
-        pooled_rows = list(pool.rows) if pool is not None and pool.layers else []
+        pooled_rows = list(pool.rows) if pool is not None else []
         for position in [*read_positions, *wanted, *pooled_rows]:
             tokens = sequence(position)
             self.check_window(len(tokens))
@@ -246,7 +244,7 @@ class PlainForwardBackend(_ForwardBase):
                 contexts[request].length += 1
         logprobs = torch.stack(rows) if rows else torch.empty(0, self.model.config.vocab_size)
         gathered = logprobs[list(gather[0]), list(gather[1])] if gather else None
-        means = average_groups(torch.stack(pooled), torch.tensor(list(pool.sizes))) if pool is not None and pooled else None
+        means = average_groups(torch.stack(pooled), pool.sizes) if pool is not None else None
         return PassOutput(logprobs, torch.stack(features) if features else None, gathered, means)
 
 

@@ -125,7 +125,7 @@ class PreparedRubrics:
         """Whether a rubric (or a decorated class, as `decide` takes it) is prepared."""
         from ..spec.declare import rubric_of
 
-        return self.key(target if isinstance(target, Rubric) else rubric_of(target)) in self._entries
+        return self.key(rubric_of(target)) in self._entries
 
     def values(self) -> Iterator[PreparedRubric]:
         with self._lock:

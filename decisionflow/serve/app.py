@@ -74,9 +74,8 @@ NOTE = "decisionflow"
 """Where a request's `RequestNote` lives in its ASGI scope's `state`."""
 
 
-_OPENAI_PATHS = (CHAT_ROUTE, "/v1/models/")
-_OPENAI_LISTING = "/v1/models"
-"""The SDK's `client.models.list()`: its errors take OpenAI's shape too."""
+_OPENAI_PATHS = (CHAT_ROUTE, "/v1/models")
+"""Routes the openai SDK reads (`/v1/models` and `/v1/models/{model}` included): their errors take OpenAI's shape."""
 
 
 class _ClientGone(Exception):
@@ -716,8 +715,7 @@ class _Front:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
-        note = RequestNote(_request_id(scope.get("headers", [])), openai=path == _OPENAI_LISTING or path.startswith(_OPENAI_PATHS))
+        note = RequestNote(_request_id(scope.get("headers", [])), openai=scope.get("path", "").startswith(_OPENAI_PATHS))
         scope.setdefault("state", {})[NOTE] = note
         header = (b"x-request-id", note.request_id.encode("ascii"))
         status: int | None = None

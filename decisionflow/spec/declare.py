@@ -87,7 +87,7 @@ class Ask:
         return hash(self._identity())
 
 
-def merged_asks(markers: Sequence[Ask]) -> Ask:
+def _merged_asks(markers: Sequence[Ask]) -> Ask:
     """One field's `ask` markers as one, each argument from the last marker that gives it (as pydantic
     merges several `Field()`s): a type alias `Severity = Annotated[int, ask("How severe"), Field(ge=0, le=9)]`
     used as `Annotated[Severity, ask(after=["legal_threat"])]` keeps its question and gains the order."""
@@ -545,7 +545,7 @@ def _field_data(model: type[BaseModel], field_name: str, info: FieldInfo, source
         raise _DeclarationError(f"{len(derives)} derive(...) markers: a derived field has one function")
     if derives:
         return _derived_data(field_name, info, derives[0], source)
-    marker = merged_asks(asks)
+    marker = _merged_asks(asks)
     question = marker.question if marker.question is not None else info.description
     if not question:
         raise _DeclarationError(

@@ -80,12 +80,6 @@ def rubric_file(ref: str) -> Path | None:
     return None
 
 
-def is_shipped_elsewhere(ref: str) -> bool:
-    """Whether `ref` reads a shipped workflow found in the package rather than the file it names here."""
-    found = rubric_file(ref)
-    return found is not None and found.exists() and not Path(ref).exists()
-
-
 def resolve_target(ref: str) -> type | Rubric:
     """The decorated class a reference names, or the rubric for a YAML file or a Rubric object."""
     if "\x00" in ref:

@@ -223,12 +223,12 @@ def test_damaged_mean_members_are_refused(tmp_path):
 @pytest.mark.model
 @pytest.mark.parametrize("path", ["decoder", "model-forward", "plain-forward"])
 def test_every_backend_averages_the_pool_inside_the_pass_as_the_rows_it_would_hand_back(engine, tmp_path, path):
-    """The pass averages each request's input rows as each layer is done (`InputPool`): the same means as
+    """The pass averages each request's input rows as each layer is done (`forward.Pool`): the same means as
     the rows read out of the same pass and averaged after it, on the engine's decoder path (the bundled
     model), a tiny GPT-2 through its own forward and through the plain per-row reference; and the decoder
     path holds no input row of any layer past that layer."""
     from decisionflow.runtime import forward
-    from decisionflow.runtime.backend import InputPool
+    from decisionflow.runtime.forward import Pool
 
     if path == "decoder":
         owner = engine
@@ -266,7 +266,7 @@ def test_every_backend_averages_the_pool_inside_the_pass_as_the_rows_it_would_ha
     forward.Capture.keep = watched_keep
     try:
         pooled = owner.backend.run_pass_with_features(prepared.head, [RequestContext(), RequestContext()], packed, reads,
-                                                      pool=InputPool(layers, rows, sizes))
+                                                      pool=Pool(layers, rows, sizes))
     finally:
         forward.Capture.keep = original_keep
     assert kept_rows == []  # no input row kept past its layer (the forward backends never build a Capture)
