@@ -15,19 +15,47 @@ of the answer object, torch-free:
 | `boolean` | boolean | `true` / `false` |
 | `integer` with `minimum` and `maximum` (or exclusive bounds), at most 101 levels | score | the integer |
 | `integer` with bounds and `multipleOf` | choice of the multiples | the integer |
-| `anyOf` / `oneOf` of the above | one field over the union of their answers | as above |
+| `anyOf` / `oneOf` / `allOf` of the above | one field over the values the whole schema allows | as above |
 | `["T", "null"]`, `anyOf [..., {"type": "null"}]`, `null` in an enum, `nullable: true` | the field with `null` as one more answer | the value or `null` |
 | `$ref` into `$defs` / `definitions` (any local JSON pointer) | the referenced schema | |
 | `object` with `properties`, nested | its properties flattened into fields (`customer_tier`) | a nested object |
 | `array` of an enum (multi-label, `uniqueItems` or not) | one boolean field per option, read in the same pass | the options answered `true`, in the enum's order, within `minItems`/`maxItems` |
 | a single allowed value (`const`, a one-member enum) | none: written in | that value |
 
+How a leaf (a property answered by one field) is read exactly: its values are drawn from the most
+specific part of its schema that lists them (its `const`, its `enum`, its `anyOf`/`oneOf` members'
+values, an `allOf` member's or a `$ref`'s, `boolean`, an integer range from the bounds of every schema
+that applies together), a superset of what the schema allows; then only the values the whole schema
+accepts are kept, judged by the `jsonschema` validator (`json_schema_check`). Every keyword at a leaf is
+so honoured as a validating client judges the answer: `enum` beside `maximum`, `maxLength`, `pattern`,
+`not`, a sibling's or an `allOf` member's `enum` (their intersection), `oneOf`'s "exactly one", `format`
+where the validator knows it. No value left is refused naming the property; an integer range keeps its
+score field only when every level is left (else a choice of the integers left).
+
+Objects and arrays are answered by construction (every listed property, each answered; the options
+answered `true`), so only what that construction honours is read there: `properties`, `required`,
+`additionalProperties`, `unevaluatedProperties`, and `minProperties`, `maxProperties`,
+`dependentRequired` and `propertyNames` where the listed properties meet them; `items`, `minItems`,
+`maxItems`, `uniqueItems`. What would constrain the object beyond that (`not`, `if`/`then`/`else`, a
+choice or intersection of shapes, `enum`/`const`, `patternProperties`, `dependentSchemas`, `contains`,
+tuples) is refused naming the keyword, never left unread. Keywords that only annotate (`title`,
+`description`, `examples`, `default`, `deprecated`, `x-...`, any keyword JSON Schema does not define) are
+accepted anywhere; the validation keywords no conversion honours (`$dynamicRef`, `$recursiveRef`, `$id` or
+`$schema` below the root, draft 3's `divisibleBy`/`disallow`/`extends`) are refused.
+
 Properties keep the schema's order (the plan pins the first field, as any rubric's); every property is
 answered, required or not. `title` and `description` become a field's question (the description first)
 and an option's description (`anyOf` of described `const`s). Everything open-ended (a string without
 `enum`, a number that is not an enum, `pattern`, `format`, arrays of objects or booleans, maps of any keys,
-recursion, conditional schemas) is refused with one `SchemaError` naming the JSON path of the first
-such property (`customer.notes`, `tags[]`) and what is supported.
+recursion) is refused with one `SchemaError` naming the JSON path of the first such property
+(`customer.notes`, `tags[]`) and what is supported.
+
+Reading a client's schema is bounded, whatever it holds: a small schema can reference itself into an
+exponential number of paths (eight levels of ten `$ref`s each is 10^8 paths in under 2 KB), so the reader
+counts every schema object it reaches, again each time a `$ref` or a union reaches it, and stops at
+`MAX_NODES`; schemas nest at most `MAX_DEPTH` deep, a union holds at most `MAX_ALTERNATIVES` members, at
+most `MAX_VALUES` enum values are read, and checking the values is bounded in `json_schema_check`. Each
+refusal is one `SchemaError` naming the property, before the work grows.
 """
 
 from __future__ import annotations
@@ -36,37 +64,59 @@ import json
 import math
 import re
 import unicodedata
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Mapping, Union
+from typing import Any, Union
 from urllib.parse import unquote
 
 from pydantic import ValidationError
 
 from ..errors import Problem, RubricError
+from .json_schema_check import Checker, CheckRefused, scalar_key
 from .kinds import FieldKind
 from .rubric import MAX_SCORE_LEVELS, FieldSpec, Rubric, reserved_name_problem
 from .text import is_noncharacter, one_line, refused_character, shown
 
 SUPPORTED = (
     "decisionflow answers closed sets: enum or const (strings, numbers, booleans, null), boolean, integer with "
-    f"minimum and maximum (at most {MAX_SCORE_LEVELS} levels), anyOf/oneOf of these, objects of such properties, "
+    f"minimum and maximum (at most {MAX_SCORE_LEVELS} levels), anyOf/oneOf/allOf of these, objects of such properties, "
     "and arrays of an enum (multi-label)"
 )
 SOURCE = "schema"
-MAX_DEPTH = 32
-"""Objects, arrays and references may nest this deep; a deeper schema is refused rather than overflow."""
+MAX_DEPTH = 64
+"""Objects, arrays, references and combinations (`anyOf`, `not`, ...) may nest this deep; a deeper schema is
+refused rather than overflow (a pydantic model nesting models five deep reaches about 15)."""
+MAX_NODES = 10_000
+"""Schema objects the reader may reach, counted again each time a `$ref` or a union member reaches one."""
+MAX_ALTERNATIVES = 1024
+"""Members of one `anyOf`, `oneOf` or `allOf`."""
+MAX_VALUES = 262_144
+"""Enum and const values the reader may read, counted again each time a `$ref` reaches them (256 fields of
+1,024 options each)."""
 DEFAULT_MAX_FIELDS = 256
 """Fields (a multi-label array counts one per option) a schema may become, unless the caller says otherwise."""
 DEFAULT_MAX_OPTIONS = 1024
 """Answers one property may offer, unless the caller says otherwise."""
 _NAME_LIMIT = 60
-_IGNORED = frozenset({
-    "title", "description", "default", "examples", "example", "$schema", "$id", "$comment", "deprecated", "readOnly",
-    "writeOnly", "$defs", "definitions", "additionalProperties", "required", "strict", "nullable", "discriminator",
-    "contentMediaType", "contentEncoding", "propertyNames", "minProperties", "maxProperties", "unevaluatedProperties",
+ANNOTATIONS = frozenset({
+    "title", "description", "default", "examples", "example", "$comment", "deprecated", "readOnly", "writeOnly",
+    "contentMediaType", "contentEncoding", "contentSchema", "$anchor", "$dynamicAnchor", "$defs", "definitions",
+    "$vocabulary", "strict", "discriminator", "xml", "externalDocs",
 })
-"""Keywords that never widen the set of answers (or that only annotate), read where they matter and else left alone."""
+"""Keywords that only describe: a schema object holding nothing else constrains nothing (an `allOf` member of
+them is read as no member)."""
+_REFUSED_ANYWHERE = {
+    "$dynamicRef": "dynamic references are not read; use local JSON pointers (`$ref: #/$defs/...`)",
+    "$recursiveRef": "dynamic references are not read; use local JSON pointers (`$ref: #/$defs/...`)",
+    "divisibleBy": "draft 3's `divisibleBy` is not read; write `multipleOf`",
+    "disallow": "draft 3's `disallow` is not read; write `not`",
+    "extends": "draft 3's `extends` is not read; write `allOf`",
+}
+_ROOT_ONLY = ("$id", "$schema")
+_ARRAY_REFUSED = ("prefixItems", "contains", "minContains", "maxContains", "unevaluatedItems")
+_ANY_VALUE = f"the schema allows any value here (no `type`, `enum` or `const`); {SUPPORTED}"
+_SHAPES = f"`anyOf`/`oneOf` between objects or arrays (a choice of shapes) is not read; {SUPPORTED}"
 
 
 class SchemaError(RubricError):
@@ -151,18 +201,20 @@ def from_json_schema(
     if not isinstance(schema, Mapping):
         raise SchemaError("$", f"the schema must be a JSON object, got {_json_type(schema)}")
     reader = _Reader(schema, max_fields=max_fields, max_options=max_options)
-    root, refs = reader.resolved(schema, "", depth=0, refs=())
-    if _types_of(root, "") != {"object"} and "properties" not in root:
-        raise SchemaError("$", f"the schema must describe an object with `properties`; {SUPPORTED}")
-    shape = reader.object_shape(root, "", (), depth=0, refs=refs)
+    root = reader.resolved(schema, "", depth=0, refs=())
+    if _types_of(root.view, "") != {"object"} and "properties" not in root.view:
+        keyword = next((k for k in ("anyOf", "oneOf", "allOf", "enum", "const", "not", "if") if k in root.view), None)
+        said = f"`{keyword}` at the root is not read: " if keyword else ""
+        raise SchemaError("$", f"{said}the schema must describe one object with `properties`; {SUPPORTED}")
+    shape = reader.object_shape(root.parts, "", (), depth=0, refs=root.refs)
     if not reader.fields:
         raise SchemaError("$", "the schema leaves nothing to decide: every property allows one value only")
     # A function's description is often the schema's own (pydantic writes the docstring in both): said once.
-    described = _text(root.get("description"))
+    described = _text(root.view.get("description"))
     parts = [_as_instructions(text) for text in (instructions, described if described not in (instructions or "") else "")
              if text and text.strip()]
     try:
-        rubric = Rubric(name=_rubric_name(name if name is not None else _text(root.get("title")) or "schema"),
+        rubric = Rubric(name=_rubric_name(name if name is not None else _text(root.view.get("title")) or "schema"),
                         instructions="\n\n".join(parts), fields=reader.fields, input_turns=input_turns)
     except ValidationError as error:
         detail = error.errors(include_url=False)[0]
@@ -183,6 +235,65 @@ class _Domain:
     """Declared as an integer range (its members are the levels)."""
 
 
+@dataclass
+class _Source:
+    """Values a schema may accept, drawn from one part of it that lists them: a superset of what it accepts."""
+
+    values: list[tuple[Any, str]]
+    """(JSON value, its description), in the schema's order, without repeats; null among them if listed."""
+    origin: str
+    """Where they were drawn from, for messages (`enum`, `the integer range`, ...)."""
+    kind: str = ""
+    """`boolean`: the two values of `type: boolean`; `range`: the levels of an integer range."""
+    levels: tuple[int, int] | None = None
+
+    def with_null(self) -> _Source:
+        if any(value is None for value, _ in self.values):
+            return self
+        return _Source([*self.values, (None, "")], self.origin, self.kind, self.levels)
+
+
+@dataclass
+class _Facts:
+    """What the schema objects that apply together (a node, its `$ref`, its `allOf` members) say of an
+    integer range: the types they all allow (None: any) and the tightest bounds and steps."""
+
+    types: frozenset[str] | None = None
+    low: int | None = None
+    high: int | None = None
+    step: int = 1
+    stepped: bool = False
+
+    def meet(self, other: _Facts) -> _Facts:
+        if self.types is None or other.types is None:
+            types = self.types if other.types is None else other.types
+        else:
+            types = self.types & other.types
+            if ("integer" in self.types and "number" in other.types) or ("number" in self.types and "integer" in other.types):
+                types |= {"integer"}
+        lows = [bound for bound in (self.low, other.low) if bound is not None]
+        highs = [bound for bound in (self.high, other.high) if bound is not None]
+        return _Facts(types, max(lows) if lows else None, min(highs) if highs else None,
+                      math.lcm(self.step, other.step), self.stepped or other.stepped)
+
+
+@dataclass
+class _Found:
+    source: _Source | None
+    """None: nothing lists the values (open-ended), or too many: `reason` says which."""
+    reason: str = ""
+    facts: _Facts = field(default_factory=_Facts)
+
+
+@dataclass
+class _Resolved:
+    view: dict[str, Any]
+    """The schema objects' keywords together (the outer ones over the inner), for the property's shape and words."""
+    parts: tuple[Mapping[str, Any], ...]
+    """The schema objects that apply together: the node, its `$ref` targets and single `allOf` members, outermost first."""
+    refs: tuple[str, ...]
+
+
 class _Reader:
     def __init__(self, root: Mapping[str, Any], *, max_fields: int, max_options: int) -> None:
         self.root = root
@@ -191,52 +302,104 @@ class _Reader:
         self.fields: dict[str, FieldSpec] = {}
         self.paths: dict[str, str] = {}
         self.options: dict[str, Any] = {}
+        self.nodes = 0
+        self.values = 0
+        self.targets: dict[str, Any] = {}
+        self._checker: Checker | None = None
+
+    # -- budgets -----------------------------------------------------------------------------------
+
+    def visit(self, path: str, depth: int) -> None:
+        """One schema object reached (again, through a `$ref` or a union, counts again)."""
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise SchemaError(path, f"the schema expands to more than {MAX_NODES:,} schema objects (each one counted "
+                                    "every time a `$ref` or an `anyOf`/`oneOf`/`allOf` member reaches it)")
+        if depth > MAX_DEPTH:
+            raise SchemaError(path, f"the schema nests objects, arrays, references and combinations more than {MAX_DEPTH} deep")
+
+    def read_values(self, count: int, path: str) -> None:
+        self.values += count
+        if self.values > MAX_VALUES:
+            raise SchemaError(path, f"the schema lists more than {MAX_VALUES:,} values (each enum counted every time "
+                                    "a `$ref` or a union reaches it)")
+
+    @property
+    def checker(self) -> Checker:
+        if self._checker is None:
+            self._checker = Checker(self.root, lambda ref: self.pointer(ref, "$"))
+        return self._checker
+
+    def judged(self, schema: Any, values: list[Any], path: str) -> Any:
+        try:
+            return self.checker.judge(schema, values)
+        except CheckRefused as refused:
+            raise SchemaError(path, str(refused)) from None
 
     # -- references ------------------------------------------------------------------------------
 
-    def resolved(self, node: Any, path: str, *, depth: int, refs: tuple[str, ...]) -> tuple[dict[str, Any], tuple[str, ...]]:
-        """`node` as a mapping with its `$ref` (and single-member `allOf`) followed, and the references
-        followed to reach it on top of `refs` (a reference met again is recursion). The node's own keywords
-        override the referenced ones (a description beside a `$ref` describes the property)."""
+    def check_node(self, node: Mapping[str, Any], path: str) -> None:
+        """What no position reads, refused wherever a schema object holds it."""
+        for keyword, why in _REFUSED_ANYWHERE.items():
+            if keyword in node:
+                raise SchemaError(path, f"`{keyword}`: {why}")
+        if node is not self.root:
+            for keyword in _ROOT_ONLY:
+                if keyword in node:
+                    raise SchemaError(path, f"`{keyword}` below the root (a schema embedded in another) is not read")
+
+    def resolved(self, node: Any, path: str, *, depth: int, refs: tuple[str, ...]) -> _Resolved:
+        """`node` with its `$ref`s and single-member `allOf`s followed: the schema objects that apply
+        together, and their keywords as one view (the node's own title or description describe the
+        property over the referenced one's). A reference met again on the way is recursion."""
         seen = refs
+        parts: list[Mapping[str, Any]] = []
+        followed: set[int] = set()
         while True:
+            self.visit(path, depth + len(seen))
             if node is True or (isinstance(node, Mapping) and not node):
                 raise SchemaError(path, f"the schema allows any value here (open-ended); {SUPPORTED}")
             if node is False:
                 raise SchemaError(path, "the schema allows no value here (`false`)")
             if not isinstance(node, Mapping):
                 raise SchemaError(path, f"a schema must be a JSON object, got {_json_type(node)}")
-            if depth + len(seen) > MAX_DEPTH:
-                raise SchemaError(path, f"the schema nests objects, arrays and references more than {MAX_DEPTH} deep")
+            self.check_node(node, path)
+            parts.append(node)
             if "$ref" in node:
                 ref = node["$ref"]
-                if not isinstance(ref, str):
-                    raise SchemaError(path, f"`$ref` must be a string, got {_json_type(ref)}")
-                if ref in seen:
+                if isinstance(ref, str) and ref in seen:
                     raise SchemaError(path, f"the schema is recursive ({ref} refers to itself through {path or 'the root'}); "
                                             f"a recursive structure is open-ended; {SUPPORTED}")
-                target = self._pointer(ref, path)
+                node = self.pointer(ref, path)
                 seen = (*seen, ref)
-                siblings = {k: v for k, v in node.items() if k != "$ref"}
-                node = _merged(target, siblings) if isinstance(target, Mapping) else target
                 continue
-            all_of = node.get("allOf")
-            if all_of is not None:
-                if not isinstance(all_of, list) or len(all_of) != 1:
-                    raise SchemaError(path, f"`allOf` of several schemas (an intersection) is not read; {SUPPORTED}")
-                member = all_of[0]
-                siblings = {k: v for k, v in node.items() if k != "allOf"}
-                if not isinstance(member, Mapping):
-                    raise SchemaError(path, f"`allOf` must hold schemas, got {_json_type(member)}")
-                node = _merged(member, siblings)
-                continue
-            return dict(node), seen
+            if "allOf" in node:
+                members = [member for member in self.members(node, "allOf", path) if not _vacuous(member)]
+                if len(members) == 1:
+                    followed.add(id(node))
+                    node = members[0]
+                    continue
+            break
+        view: dict[str, Any] = {}
+        for part in reversed(parts):
+            own = {key: value for key, value in part.items() if key != "$ref" and not (key == "allOf" and id(part) in followed)}
+            if "title" in own or "description" in own:
+                view.pop("title", None)
+                view.pop("description", None)
+            view.update(own)
+        return _Resolved(view, tuple(parts), seen)
 
-    def _pointer(self, ref: str, path: str) -> Any:
+    def pointer(self, ref: Any, path: str) -> Any:
+        if not isinstance(ref, str):
+            raise SchemaError(path, f"`$ref` must be a string, got {_json_type(ref)}")
+        if ref in self.targets:
+            return self.targets[ref]
         if not ref.startswith("#"):
             raise SchemaError(path, f"`$ref` {ref!r} points outside the schema; only local references (#/$defs/...) are read")
+        if ref != "#" and not ref.startswith("#/"):
+            raise SchemaError(path, f"`$ref` {ref!r} names an anchor; only JSON pointers (#/$defs/...) are read")
         target: Any = self.root
-        for part in [p for p in unquote(ref[1:]).split("/")[1:]]:
+        for part in unquote(ref[1:]).split("/")[1:]:
             part = part.replace("~1", "/").replace("~0", "~")
             if isinstance(target, Mapping) and part in target:
                 target = target[part]
@@ -244,81 +407,181 @@ class _Reader:
                 target = target[int(part)]
             else:
                 raise SchemaError(path, f"`$ref` {ref!r} names nothing in the schema")
+        self.targets[ref] = target
         return target
 
-    # -- objects -------------------------------------------------------------------------------
+    def members(self, node: Mapping[str, Any], keyword: str, path: str) -> list[Any]:
+        members = node[keyword]
+        if not isinstance(members, list) or not members:
+            raise SchemaError(path, f"`{keyword}` must be a non-empty list of schemas")
+        if len(members) > MAX_ALTERNATIVES:
+            raise SchemaError(path, f"`{keyword}` holds {len(members)} schemas; at most {MAX_ALTERNATIVES} are read")
+        return members
 
-    def object_shape(self, node: dict[str, Any], path: str, names: tuple[str, ...], *, depth: int,
+    # -- objects and arrays ----------------------------------------------------------------------
+
+    def object_shape(self, parts: tuple[Mapping[str, Any], ...], path: str, names: tuple[str, ...], *, depth: int,
                      refs: tuple[str, ...]) -> Nested:
-        properties = node.get("properties", {})
+        owners = [part for part in parts if "properties" in part]
+        if len(owners) > 1:
+            raise SchemaError(path, "`properties` in two schema objects that apply together (beside a `$ref`, or in "
+                                    f"`allOf`) are not read; {SUPPORTED}")
+        owner = owners[0] if owners else None
+        properties = owner["properties"] if owner is not None else {}
         if not isinstance(properties, Mapping):
             raise SchemaError(path, f"`properties` must be an object, got {_json_type(properties)}")
-        if not properties and _opens_keys(node):
+        if not properties and not any(_closes_keys(part) for part in parts):
             raise SchemaError(path, f"an object without listed `properties` (a map of any keys) is open-ended; {SUPPORTED}")
-        required = node.get("required", [])
+        keys = list(properties)
+        for index, part in enumerate(parts):
+            self.container_checks(part, "object", path, keys=keys, owner=part is owner,
+                                  inner=owner is not None and index > parts.index(owner))
+        shaped: list[tuple[str, Shape]] = []
+        for key, child in properties.items():
+            shaped.append((key, self.property_shape(child, _join(path, key), (*names, key), depth=depth + 1, refs=refs)))
+        return Nested(tuple(shaped))
+
+    def container_checks(self, part: Mapping[str, Any], kind: str, path: str, *, keys: list[str] = (),  # type: ignore[assignment]
+                         owner: bool = False, inner: bool = False) -> None:
+        """Refuse what an object (or an array) answered by construction cannot honour in one of the schema
+        objects that apply to it; check what depends only on its keys against them."""
+        article = "an"
+        for keyword in ("enum", "const", "not", "if", "then", "else"):
+            if keyword in part:
+                raise SchemaError(path, f"`{keyword}` on {article} {kind} is not read ({article} {kind} is answered part by "
+                                        f"part); {SUPPORTED}")
+        for keyword in ("anyOf", "oneOf"):
+            if keyword in part:
+                raise SchemaError(path, f"`{keyword}` on {article} {kind} (a choice between {kind} shapes) is not read; {SUPPORTED}")
+        if "allOf" in part:
+            members = [member for member in self.members(part, "allOf", path) if not _vacuous(member)]
+            if len(members) > 1 or (members and "$ref" in part):
+                raise SchemaError(path, f"`allOf` of several schemas for {article} {kind} (an intersection of shapes) is not read; {SUPPORTED}")
+        types = _types_of(part, path)
+        if types and kind not in types:
+            raise SchemaError(path, f"the schema is {article} {kind} and, where it applies together, of type {_listed(types)}: "
+                                    "no value is both")
+        if kind == "array":
+            if "prefixItems" in part or isinstance(part.get("items"), list):
+                raise SchemaError(path, f"an array of positions with their own schemas (a tuple) is not read; {SUPPORTED}")
+            for keyword in _ARRAY_REFUSED:
+                if keyword in part:
+                    raise SchemaError(path, f"`{keyword}` on an array is not read; {SUPPORTED}")
+            return
+        for keyword in ("patternProperties", "dependentSchemas"):
+            if part.get(keyword):
+                raise SchemaError(path, f"`{keyword}` (constraints that depend on property names or presence) is not read; {SUPPORTED}")
+        if not owner and not _vacuous(part.get("additionalProperties", True)):
+            raise SchemaError(path, "`additionalProperties` beside a `$ref` (or in `allOf`) applies to every property of "
+                                    f"the object, whose `properties` are listed elsewhere; write it beside `properties`; {SUPPORTED}")
+        if inner and not _vacuous(part.get("unevaluatedProperties", True)):
+            raise SchemaError(path, "`unevaluatedProperties` in a referenced schema does not see the `properties` that refer "
+                                    f"to it; {SUPPORTED}")
+        self.key_checks(part, keys, path)
+
+    def key_checks(self, part: Mapping[str, Any], keys: list[str], path: str) -> None:
+        """The keywords that depend only on which properties an object holds, checked against its listed
+        properties (every one of them is answered)."""
+        required = part.get("required", [])
         if not isinstance(required, list) or not all(isinstance(key, str) for key in required):
             raise SchemaError(path, "`required` must be a list of property names")
-        unknown = [key for key in required if key not in properties]
+        unknown = [key for key in required if key not in keys]
         if unknown:
             raise SchemaError(path, f"`required` names {shown(unknown[0])}, which is not one of the properties")
-        keys: list[tuple[str, Shape]] = []
-        for key, child in properties.items():
-            keys.append((key, self.property_shape(child, _join(path, key), (*names, key), depth=depth + 1, refs=refs)))
-        return Nested(tuple(keys))
+        for keyword, holds in (("minProperties", lambda bound: len(keys) >= bound), ("maxProperties", lambda bound: len(keys) <= bound)):
+            if keyword in part:
+                bound = _count(part[keyword], path, keyword)
+                if not holds(bound):
+                    raise SchemaError(path, f"`{keyword}` {bound} cannot hold: the object's answer always holds its "
+                                            f"{len(keys)} properties")
+        dependent: dict[str, Any] = {}
+        for keyword in ("dependentRequired", "dependencies"):
+            given = part.get(keyword, {})
+            if not isinstance(given, Mapping):
+                raise SchemaError(path, f"`{keyword}` must be an object of property names")
+            for trigger, needed in given.items():
+                if keyword == "dependencies" and not isinstance(needed, list):
+                    raise SchemaError(path, f"`dependencies` with a schema (constraints that depend on a property's "
+                                            f"presence) is not read; {SUPPORTED}")
+                if not isinstance(needed, list) or not all(isinstance(key, str) for key in needed):
+                    raise SchemaError(path, f"`{keyword}` must map property names to lists of property names")
+                dependent[trigger] = (keyword, needed)
+        for trigger, (keyword, needed) in dependent.items():
+            missing = [key for key in needed if key not in keys]
+            if trigger in keys and missing:
+                raise SchemaError(path, f"`{keyword}` asks for {shown(missing[0])} beside {shown(trigger)}, which is not "
+                                        "one of the properties")
+        if "propertyNames" in part:
+            names = part["propertyNames"]
+            self.candidates(names, path, depth=0, refs=())  # reached and counted as any schema the validator enters
+            verdict = self.judged(names, keys, path)
+            refused = [key for index, key in enumerate(keys) if index not in set(verdict.accepted)]
+            if refused:
+                raise SchemaError(path, f"`propertyNames` refuses the property {shown(refused[0])} ({verdict.refusal})")
 
-    def property_shape(self, node: Any, path: str, names: tuple[str, ...], *, depth: int,
-                       refs: tuple[str, ...]) -> Shape:
-        resolved, refs = self.resolved(node, path, depth=depth, refs=refs)
-        _refuse_conditionals(resolved, path)
-        types = _types_of(resolved, path)
-        members = _alternatives(resolved, path)
-        if members is not None:
-            shaped = [self.resolved(member, path, depth=depth + 1, refs=refs) for member in members]
-            composite = [(m, seen) for m, seen in shaped if _composite(m, path)]
+    def property_shape(self, node: Any, path: str, names: tuple[str, ...], *, depth: int, refs: tuple[str, ...],
+                       outer: tuple[Mapping[str, Any], ...] = ()) -> Shape:
+        """`outer`: the schema objects of an `anyOf [shape, null]` around `node` (without that `anyOf`), which
+        apply to the object or array too."""
+        found = self.resolved(node, path, depth=depth, refs=refs)
+        view = found.view
+        types = _types_of(view, path)
+        unions = [keyword for keyword in ("anyOf", "oneOf") if keyword in view]
+        if unions:
+            members = [member for keyword in unions for member in self.members(view, keyword, path)]
+            shaped = [self.resolved(member, path, depth=depth + 1, refs=found.refs) for member in members]
+            composite = [index for index, member in enumerate(shaped) if _composite(member.view, path)]
             if composite:
-                only_null_besides = all(_types_of(m, path) == {"null"} for m, _ in shaped if not _composite(m, path))
-                if len(composite) == 1 and only_null_besides:
+                only_null_besides = all(_types_of(member.view, path) == {"null"} for index, member in enumerate(shaped)
+                                        if index not in composite)
+                if len(unions) == 1 and len(composite) == 1 and only_null_besides:
                     # `Optional[Model]` / `Optional[list[Enum]]`: answered as the object (or the list), never null.
-                    member, seen = composite[0]
-                    return self.property_shape(member, path, names, depth=depth, refs=seen)
-                raise SchemaError(path, f"`anyOf`/`oneOf` between objects or arrays (a choice of shapes) is not read; {SUPPORTED}")
-        elif "object" in types or "properties" in resolved:
+                    around = tuple({key: value for key, value in part.items() if key != unions[0]} for part in found.parts)
+                    return self.property_shape(members[composite[0]], path, names, depth=depth, refs=found.refs,
+                                               outer=(*outer, *around))
+                raise SchemaError(path, _SHAPES)
+        if "object" in types or "properties" in view:
             if types - {"object", "null"}:
                 raise SchemaError(path, f"a property that is an object or something else is not read; {SUPPORTED}")
-            return self.object_shape(resolved, path, names, depth=depth, refs=refs)
-        elif "array" in types:
+            return self.object_shape((*outer, *found.parts), path, names, depth=depth, refs=found.refs)
+        if "array" in types:
             if types - {"array", "null"}:
                 raise SchemaError(path, f"a property that is an array or something else is not read; {SUPPORTED}")
-            return self.array_shape(resolved, path, names, depth=depth, refs=refs)
-        domain = self.domain(resolved, path, depth=depth, refs=refs)
-        return self.leaf(domain, resolved, path, names)
+            return self.array_shape((*outer, *found.parts), path, names, depth=depth, refs=found.refs)
+        if "allOf" in view:
+            for member in self.members(view, "allOf", path):
+                if _composite(self.resolved(member, path, depth=depth + 1, refs=found.refs).view, path):
+                    raise SchemaError(path, f"`allOf` of several object or array schemas (an intersection of shapes) is "
+                                            f"not read; {SUPPORTED}")
+        domain = self.leaf_domain(node, path, depth=depth + len(found.refs))
+        return self.leaf(domain, view, path, names)
 
-    def array_shape(self, node: dict[str, Any], path: str, names: tuple[str, ...], *, depth: int,
+    def array_shape(self, parts: tuple[Mapping[str, Any], ...], path: str, names: tuple[str, ...], *, depth: int,
                     refs: tuple[str, ...]) -> Shape:
-        if "prefixItems" in node or isinstance(node.get("items"), list):
-            raise SchemaError(path, f"an array of positions with their own schemas (a tuple) is not read; {SUPPORTED}")
-        if "items" not in node:
+        for part in parts:
+            self.container_checks(part, "array", path)
+        items_schemas = [part["items"] for part in parts if "items" in part]
+        if not items_schemas:
             raise SchemaError(path, f"an array without `items` may hold anything; {SUPPORTED}")
-        for keyword in ("contains", "minContains", "maxContains", "unevaluatedItems"):
-            if keyword in node:
-                raise SchemaError(path, f"`{keyword}` on an array is not read; {SUPPORTED}")
         items_path = path + "[]"
-        items, inner = self.resolved(node["items"], items_path, depth=depth + 1, refs=refs)
-        if _composite(items, items_path):
-            raise SchemaError(items_path, f"an array of objects or of arrays is open-ended (any number of them); {SUPPORTED}")
-        domain = self.domain(items, items_path, depth=depth + 1, refs=inner)
+        for items in items_schemas:
+            if _composite(self.resolved(items, items_path, depth=depth + 1, refs=refs).view, items_path):
+                raise SchemaError(items_path, f"an array of objects or of arrays is open-ended (any number of them); {SUPPORTED}")
+        domain = self.leaf_domain(items_schemas[0], items_path, depth=depth + 1 + len(refs), also=items_schemas[1:])
         if not domain.members:
             raise SchemaError(items_path, "the array's items allow only null")
         if domain.boolean:
             # A set of options is a closed question; a list of true/false flags has no meaning per position.
             raise SchemaError(items_path, "an array of booleans is open-ended (how many, and what each one means); "
                                           f"use an array of an enum naming what it flags, or one boolean property per flag; {SUPPORTED}")
-        min_items, max_items = _count(node.get("minItems"), items_path, "minItems"), _count(node.get("maxItems"), items_path, "maxItems")
+        min_items = max(_count(part.get("minItems"), items_path, "minItems") for part in parts)
+        maxima = [_count(part.get("maxItems"), items_path, "maxItems") for part in parts]
+        max_items = min((bound for bound in maxima if bound is not None), default=None)
         if min_items > len(domain.members):
             raise SchemaError(path, f"`minItems` {min_items} asks for more items than the {len(domain.members)} options")
         if max_items is not None and max_items < min_items:
             raise SchemaError(path, f"`maxItems` {max_items} is below `minItems` {min_items}")
-        question = _question(node, names)
+        question = _question(_described(parts), names)
         options: list[tuple[Any, str]] = []
         for value, description in domain.members:
             label = value if isinstance(value, str) else json.dumps(value)
@@ -332,115 +595,186 @@ class _Reader:
 
     # -- leaves --------------------------------------------------------------------------------
 
-    def domain(self, node: dict[str, Any], path: str, *, depth: int, refs: tuple[str, ...]) -> _Domain:
-        """The answers a leaf schema allows (an `anyOf`/`oneOf` leaf: the union of its members')."""
-        _refuse_conditionals(node, path)
-        nullable = node.get("nullable") is True
-        members = _alternatives(node, path)
-        if members is not None:
-            domains = []
-            for member in members:
-                resolved, seen = self.resolved(member, path, depth=depth + 1, refs=refs)
-                if _composite(resolved, path):
-                    raise SchemaError(path, f"`anyOf`/`oneOf` between objects or arrays (a choice of shapes) is not read; {SUPPORTED}")
-                domains.append(self.domain(resolved, path, depth=depth + 1, refs=seen))
-            own = {k: v for k, v in node.items() if k not in ("anyOf", "oneOf")}
-            if _constrains(own):
-                domains.append(self.domain(own, path, depth=depth, refs=refs))
-            return self._union(domains, nullable, path)
-        if "const" in node or "enum" in node:
-            return self._enumerated(node, path, nullable)
+    def leaf_domain(self, node: Any, path: str, *, depth: int, also: list[Any] = ()) -> _Domain:  # type: ignore[assignment]
+        """The values a leaf's schema accepts (and `also` the schemas in `also`): drawn from its most specific
+        list of values, then judged against the whole schema."""
+        found = self.candidates(node, path, depth=depth, refs=())
+        for other in also:
+            self.candidates(other, path, depth=depth, refs=())
+        source = found.source
+        if source is None:
+            raise SchemaError(path, found.reason or _ANY_VALUE)
+        values = [value for value, _ in source.values]
+        kept = set(range(len(values)))
+        refusal = ""
+        for schema in (node, *also):
+            verdict = self.judged(schema, [values[index] for index in sorted(kept)], path)
+            survivors = sorted(kept)
+            kept = {survivors[index] for index in verdict.accepted}
+            refusal = refusal or verdict.refusal
+        if not kept:
+            what = f"{len(values)} value{'s' if len(values) != 1 else ''}" if values else "no value"
+            raise SchemaError(path, f"the schema allows no value here: {what} of its {source.origin} "
+                                    f"{'meet' if len(values) != 1 else 'meets'} none of its other constraints"
+                                    f"{f' ({refusal})' if refusal else ''}")
+        members = [source.values[index] for index in sorted(kept)]
+        if any(isinstance(value, (dict, list)) for value, _ in members):
+            raise SchemaError(path, f"an enum of objects or lists is not read; {SUPPORTED}")
+        present = [(value, description) for value, description in members if value is not None]
+        nullable = len(present) < len(members)
+        boolean = source.kind == "boolean" and len(present) == 2
+        score = source.levels if source.kind == "range" and len(present) == len(values) - values.count(None) else None
+        return _Domain(present, nullable, boolean=boolean, score=score)
+
+    def candidates(self, node: Any, path: str, *, depth: int, refs: tuple[str, ...]) -> _Found:
+        """The values `node` may accept, from its most specific part that lists them (in this order: `const`,
+        `enum`, `anyOf`, `oneOf`, `then`/`else`, `allOf` members, `$ref`, the types and bounds of everything
+        that applies together), each a superset of what it accepts. Every schema object the validator can
+        enter for such a value is reached here too (`not`, `if`), so the budgets and refusals cover them."""
+        self.visit(path, depth + len(refs))
+        if node is True:
+            return _Found(None, _ANY_VALUE)
+        if node is False:
+            return _Found(_Source([], "`false`"))
+        if not isinstance(node, Mapping):
+            raise SchemaError(path, f"a schema must be a JSON object, got {_json_type(node)}")
+        self.check_node(node, path)
+        _check_leaf_keywords(node, path)
         types = _types_of(node, path)
-        if not types:
-            raise SchemaError(path, f"the schema allows any value here (no `type`, `enum` or `const`); {SUPPORTED}")
-        domains = [self._typed(kind, node, path) for kind in sorted(types - {"null"}, key=_TYPE_ORDER.index)]
-        return self._union(domains, nullable or "null" in types, path)
-
-    def _enumerated(self, node: dict[str, Any], path: str, nullable: bool) -> _Domain:
+        facts = _Facts(frozenset(types) if types else None,
+                       _bound(node, "minimum", "exclusiveMinimum", path, lower=True),
+                       _bound(node, "maximum", "exclusiveMaximum", path, lower=False))
+        if "multipleOf" in node:
+            facts.step, facts.stepped = _step(node["multipleOf"], path), True
+        found: list[_Found] = []
         if "const" in node:
-            values = [node["const"]]
-            if "enum" in node and node["enum"] != values and node["const"] not in (node["enum"] or []):
-                raise SchemaError(path, "`const` is not one of the `enum`'s values: nothing is allowed")
-        else:
-            values = node["enum"]
-            if not isinstance(values, list) or not values:
-                raise SchemaError(path, "`enum` must be a non-empty list of values")
+            found.append(self.listed([node["const"]], node, path, "`const`"))
+        if "enum" in node:
+            found.append(self.listed(node["enum"], node, path, "`enum`"))
+        for keyword in ("anyOf", "oneOf"):
+            if keyword in node:
+                members = [self.candidates(member, path, depth=depth + 1, refs=refs) for member in self.members(node, keyword, path)]
+                found.append(self.union(members, f"`{keyword}`", path))
+        if "if" in node:
+            self.candidates(node["if"], path, depth=depth + 1, refs=refs)
+            branches = [self.candidates(node[key], path, depth=depth + 1, refs=refs) for key in ("then", "else") if key in node]
+            if len(branches) == 2:
+                found.append(self.union(branches, "`then`/`else`", path))
+        if "not" in node:
+            self.candidates(node["not"], path, depth=depth + 1, refs=refs)
+        if "allOf" in node:
+            for member in self.members(node, "allOf", path):
+                inner = self.candidates(member, path, depth=depth + 1, refs=refs)
+                facts = facts.meet(inner.facts)
+                found.append(inner)
+        if "$ref" in node:
+            ref = node["$ref"]
+            if isinstance(ref, str) and ref in refs:
+                raise SchemaError(path, f"the schema is recursive ({ref} refers to itself through {path or 'the root'}); "
+                                        f"a recursive structure is open-ended; {SUPPORTED}")
+            target = self.pointer(ref, path)
+            inner = self.candidates(target, path, depth=depth + 1, refs=(*refs, ref))
+            facts = facts.meet(inner.facts)
+            found.append(inner)
+        found.append(self.typed(facts, node, path))
+        chosen = next((item.source for item in found if item.source is not None), None)
+        if chosen is not None and node.get("nullable") is True:
+            chosen = chosen.with_null()
+        reason = "" if chosen is not None else next((item.reason for item in found if item.reason), "")
+        return _Found(chosen, reason, facts)
+
+    def listed(self, values: Any, node: Mapping[str, Any], path: str, origin: str) -> _Found:
+        if origin == "`enum`" and (not isinstance(values, list) or not values):
+            raise SchemaError(path, "`enum` must be a non-empty list of values")
         if len(values) > self.max_options:
-            raise SchemaError(path, f"{len(values)} answers; at most {self.max_options} a property")
-        types = _types_of(node, path) if "type" in node else None
+            return _Found(None, f"{len(values)} answers; at most {self.max_options} a property")
+        self.read_values(len(values), path)
+        integer = "integer" in _types_of(node, path)
+        description = _text(node.get("description")) or _text(node.get("title")) if origin == "`const`" else ""
         members: list[tuple[Any, str]] = []
-        seen: set[tuple[str, Any]] = set()
-        description = _text(node.get("description")) or _text(node.get("title")) if "const" in node else ""
+        seen: set[Any] = set()
         for value in values:
-            if isinstance(value, (dict, list)):
-                raise SchemaError(path, f"an enum of objects or lists is not read; {SUPPORTED}")
-            if isinstance(value, float) and value.is_integer() and types is not None and "integer" in types:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SchemaError(path, f"{origin} holds {value}, which JSON cannot write")
+            if isinstance(value, float) and value.is_integer() and integer:
                 value = int(value)
-            if types is not None and _type_of(value) not in types and not (_type_of(value) == "integer" and "number" in types):
-                raise SchemaError(path, f"the enum's value {shown(value)} is not of the declared type {_listed(types)}")
-            if value is None:
-                nullable = True
-            elif _same_value(value) not in seen:
-                seen.add(_same_value(value))
-                members.append((value, description if "const" in node else ""))
-        return _Domain(members, nullable)
+            key = _value_key(value)
+            if key not in seen:
+                seen.add(key)
+                members.append((value, description))
+        return _Found(_Source(members, origin))
 
-    def _typed(self, kind: str, node: dict[str, Any], path: str) -> _Domain:
-        if kind == "boolean":
-            return _Domain([(True, ""), (False, "")], boolean=True)
-        if kind == "integer":
-            return self._integer_range(node, path)
-        if kind == "number":
-            raise SchemaError(path, f"a number that is not an enum is open-ended (use an integer with minimum and "
+    def union(self, members: list[_Found], origin: str, path: str) -> _Found:
+        """The values of a union (anyOf, oneOf, then/else) are those of its members together."""
+        values: list[tuple[Any, str]] = []
+        seen: set[Any] = set()
+        for member in members:
+            if member.source is None:
+                return _Found(None, member.reason or _ANY_VALUE)
+            self.read_values(len(member.source.values), path)
+            for value, description in member.source.values:
+                key = _value_key(value)
+                if key not in seen:
+                    seen.add(key)
+                    values.append((value, description))
+            if len(values) > self.max_options:
+                return _Found(None, f"{len(values)} answers; at most {self.max_options} a property")
+        kinds = [member.source for member in members if member.source and any(v is not None for v, _ in member.source.values)]
+        single = kinds[0] if len(kinds) == 1 else None
+        return _Found(_Source(values, origin, single.kind if single else "", single.levels if single else None))
+
+    def typed(self, facts: _Facts, node: Mapping[str, Any], path: str) -> _Found:
+        """The values the types allow where they are few: booleans, null, the integers of a bounded range."""
+        if facts.types is None:
+            return _Found(None)
+        values: list[tuple[Any, str]] = []
+        kind, levels = "", None
+        for type_name in sorted(facts.types, key=_TYPE_ORDER.index):
+            if type_name == "boolean":
+                values += [(True, ""), (False, "")]
+                kind = "boolean"
+            elif type_name == "null":
+                values.append((None, ""))
+            elif type_name == "integer":
+                found = self.integer_range(facts, path)
+                if found.source is None:
+                    return found
+                values += found.source.values
+                kind, levels = found.source.kind, found.source.levels
+            elif type_name == "number":
+                return _Found(None, f"a number that is not an enum is open-ended (use an integer with minimum and "
                                     f"maximum, or an enum of numbers); {SUPPORTED}")
-        if kind == "string":
-            detail = next((f" (`{k}` describes text, it does not list answers)" for k in ("format", "pattern") if k in node), "")
-            raise SchemaError(path, f"a string without `enum` is open-ended{detail}; {SUPPORTED}")
-        raise SchemaError(path, f"type {kind!r} is not read; {SUPPORTED}")
+            elif type_name == "string":
+                detail = next((f" (`{k}` describes text, it does not list answers)" for k in ("format", "pattern") if k in node), "")
+                return _Found(None, f"a string without `enum` is open-ended{detail}; {SUPPORTED}")
+            elif type_name in ("object", "array"):
+                return _Found(None, _SHAPES)
+        mixed = sum(1 for type_name in facts.types if type_name != "null") > 1
+        return _Found(_Source(values, f"type {_listed(set(facts.types))}", "" if mixed else kind, None if mixed else levels))
 
-    def _integer_range(self, node: dict[str, Any], path: str) -> _Domain:
-        low, high = _bound(node, "minimum", "exclusiveMinimum", path, lower=True), _bound(node, "maximum", "exclusiveMaximum", path, lower=False)
+    def integer_range(self, facts: _Facts, path: str) -> _Found:
+        low, high = facts.low, facts.high
         if low is None or high is None:
             missing = "minimum" if low is None else "maximum"
-            raise SchemaError(path, f"an integer without a {missing} is open-ended; give it `minimum` and `maximum` "
-                                    f"(at most {MAX_SCORE_LEVELS} levels); {SUPPORTED}")
+            return _Found(None, f"an integer without a {missing} is open-ended; give it `minimum` and `maximum` "
+                                f"(at most {MAX_SCORE_LEVELS} levels); {SUPPORTED}")
         if low > high:
-            raise SchemaError(path, f"the integer's bounds leave no value ({low} > {high})")
-        step = node.get("multipleOf", 1)
-        if isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0 or (isinstance(step, float) and not math.isfinite(step)):
-            raise SchemaError(path, f"`multipleOf` must be a positive number, got {shown(step)}")
-        # The integers that are multiples of p/q (in lowest terms) are the multiples of p.
-        every = Fraction(str(step)).numerator
+            return _Found(None, f"the integer's bounds leave no value ({low} > {high})")
+        every = facts.step
         first = -(-low // every) * every
         count = (high - first) // every + 1  # integers, however large: `len(range)` would overflow
         if count < 1:
-            raise SchemaError(path, f"no multiple of {step} lies within {low}..{high}")
-        if every != 1:
+            return _Found(None, f"no multiple of {every} lies within {low}..{high}")
+        if facts.stepped:
             if count > self.max_options:
-                raise SchemaError(path, f"{count} multiples of {step} in {low}..{high}; at most {self.max_options} answers a property")
-            return _Domain([(level, "") for level in range(first, high + 1, every)])
+                return _Found(None, f"{count} multiples of {every} in {low}..{high}; at most {self.max_options} answers a property")
+            return _Found(_Source([(level, "") for level in range(first, high + 1, every)], f"multiples of {every} in {low}..{high}"))
         if count > MAX_SCORE_LEVELS:
-            raise SchemaError(path, f"the integer range {low}..{high} has {count} levels; at most "
-                                    f"{MAX_SCORE_LEVELS} can be read")
-        return _Domain([(level, "") for level in range(low, high + 1)], score=(low, high))
+            return _Found(None, f"the integer range {low}..{high} has {count} levels; at most {MAX_SCORE_LEVELS} can be read")
+        self.read_values(count, path)
+        return _Found(_Source([(level, "") for level in range(low, high + 1)], f"integer range {low}..{high}", "range", (low, high)))
 
-    def _union(self, domains: list[_Domain], nullable: bool, path: str) -> _Domain:
-        members: list[tuple[Any, str]] = []
-        seen: set[tuple[str, Any]] = set()
-        for domain in domains:
-            for value, description in domain.members:
-                if _same_value(value) not in seen:
-                    seen.add(_same_value(value))
-                    members.append((value, description))
-        if len(members) > self.max_options:
-            raise SchemaError(path, f"{len(members)} answers; at most {self.max_options} a property")
-        nullable = nullable or any(domain.nullable for domain in domains)
-        kinds = [domain for domain in domains if domain.members]
-        boolean = len(kinds) == 1 and kinds[0].boolean
-        score = kinds[0].score if len(kinds) == 1 else None
-        return _Domain(members, nullable, boolean=boolean, score=score)
-
-    def leaf(self, domain: _Domain, node: dict[str, Any], path: str, names: tuple[str, ...]) -> Shape:
+    def leaf(self, domain: _Domain, node: Mapping[str, Any], path: str, names: tuple[str, ...]) -> Shape:
         answers = len(domain.members) + (1 if domain.nullable else 0)
         if answers == 0:
             raise SchemaError(path, "the schema allows no value here")
@@ -515,14 +849,47 @@ def _assemble(shape: Shape, decision: Any, rubric: Rubric) -> Any:
 _TYPE_ORDER = ["boolean", "integer", "number", "string", "object", "array", "null"]
 
 
-def _same_value(value: Any) -> tuple[str, Any]:
-    """What makes two enum values one answer, as JSON Schema compares them: `1` and `1.0` are one number,
-    while `true` and `1`, or `"1"` and `1`, stay apart (Python's `True == 1` would merge them)."""
-    if isinstance(value, bool):
-        return ("boolean", value)
-    if isinstance(value, (int, float)):
-        return ("number", value)
-    return (type(value).__name__, value)
+def _value_key(value: Any) -> Any:
+    """Values JSON Schema holds equal are one answer (`1` and `1.0`); objects and lists by their JSON text."""
+    key = scalar_key(value)
+    return key if key is not None else ("json", json.dumps(value, sort_keys=True))
+
+
+def _vacuous(schema: Any) -> bool:
+    """A schema that accepts anything: `true`, `{}`, or one that only annotates."""
+    return schema is True or (isinstance(schema, Mapping) and all(key in ANNOTATIONS for key in schema))
+
+
+def _closes_keys(node: Mapping[str, Any]) -> bool:
+    return node.get("additionalProperties") is False or node.get("unevaluatedProperties") is False
+
+
+def _described(parts: tuple[Mapping[str, Any], ...]) -> Mapping[str, Any]:
+    """The outermost of the schema objects that says what the property is (its title or description)."""
+    return next((part for part in parts if "description" in part or "title" in part), {})
+
+
+def _check_leaf_keywords(node: Mapping[str, Any], path: str) -> None:
+    """The value keywords' own types: a malformed one is refused, not judged by whatever Python makes of it."""
+    for keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        value = node.get(keyword)
+        if value is None or (isinstance(value, bool) and keyword.startswith("exclusive")):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SchemaError(path, f"`{keyword}` must be a number, got {shown(value)}")
+    for keyword in ("minLength", "maxLength"):
+        if keyword in node:
+            _count(node[keyword], path, keyword)
+    for keyword in ("pattern", "format"):
+        if keyword in node and not isinstance(node[keyword], str):
+            raise SchemaError(path, f"`{keyword}` must be a string, got {shown(node[keyword])}")
+
+
+def _step(step: Any, path: str) -> int:
+    """The integers that are multiples of `multipleOf` p/q (in lowest terms) are the multiples of p."""
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0 or (isinstance(step, float) and not math.isfinite(step)):
+        raise SchemaError(path, f"`multipleOf` must be a positive number, got {shown(step)}")
+    return Fraction(str(step)).numerator
 
 
 def _types_of(node: Mapping[str, Any], path: str) -> set[str]:
@@ -534,41 +901,6 @@ def _types_of(node: Mapping[str, Any], path: str) -> set[str]:
     if unknown or not listed:
         raise SchemaError(path, f"`type` must be one of {', '.join(_TYPE_ORDER)} (or a list of them), got {shown(declared)}")
     return set(listed)
-
-
-def _alternatives(node: Mapping[str, Any], path: str) -> list[Any] | None:
-    for keyword in ("anyOf", "oneOf"):
-        if keyword in node:
-            members = node[keyword]
-            if not isinstance(members, list) or not members:
-                raise SchemaError(path, f"`{keyword}` must be a non-empty list of schemas")
-            return members
-    return None
-
-
-def _constrains(node: Mapping[str, Any]) -> bool:
-    return any(key in node for key in ("type", "enum", "const"))
-
-
-def _refuse_conditionals(node: Mapping[str, Any], path: str) -> None:
-    for keyword in ("not", "if", "then", "else", "dependentSchemas", "dependentRequired", "patternProperties"):
-        if keyword in node:
-            raise SchemaError(path, f"`{keyword}` is not read; {SUPPORTED}")
-    if "anyOf" in node and "oneOf" in node:
-        raise SchemaError(path, "`anyOf` and `oneOf` together (an intersection of unions) are not read")
-
-
-def _opens_keys(node: Mapping[str, Any]) -> bool:
-    extra = node.get("additionalProperties", None)
-    return extra is not False
-
-
-def _merged(target: Mapping[str, Any], siblings: Mapping[str, Any]) -> dict[str, Any]:
-    """A referenced schema under the referring node's own keywords; the node's own words (a title or a
-    description) describe the property, so the referenced schema's are dropped when it has any."""
-    if "title" in siblings or "description" in siblings:
-        target = {k: v for k, v in target.items() if k not in ("title", "description")}
-    return {**target, **siblings}
 
 
 def _composite(node: Mapping[str, Any], path: str) -> bool:

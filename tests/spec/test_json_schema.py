@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from decisionflow.runtime.result import Decision, FieldResult, Stats
-from decisionflow.spec import FieldKind, dump_rubric, loads_rubric, rubric_of, typed_model
+from decisionflow.spec import FieldKind, dump_rubric, json_schema, loads_rubric, rubric_of, typed_model
 from decisionflow.spec.json_schema import Chosen, Decided, Fixed, Nested, SchemaError, from_json_schema
 from decisionflow.spec.rubric import Rubric
 
@@ -206,6 +206,7 @@ def test_instructions_keep_their_lines_and_lose_control_characters():
 
 
 STRING = {"type": "string"}
+BOOLEAN = {"type": "boolean"}
 
 
 @pytest.mark.parametrize(("schema", "path", "says"), [
@@ -226,19 +227,20 @@ STRING = {"type": "string"}
     (obj({"untyped": {"description": "no type"}}), "untyped", "any value"),
     (obj({"a": {"$ref": "https://example.com/x.json"}}), "a", "points outside the schema"),
     (obj({"a": {"$ref": "#/$defs/Missing"}}), "a", "names nothing"),
-    (obj({"a": {"allOf": [{"type": "boolean"}, {"enum": [True]}]}}), "a", "`allOf` of several"),
-    (obj({"a": {"not": {"type": "boolean"}}}), "a", "`not` is not read"),
-    (obj({"a": {"type": "boolean", "if": {}, "then": {}}}), "a", "`if` is not read"),
+    (obj({"a": {"allOf": [obj({"x": BOOLEAN}), obj({"y": BOOLEAN})]}}), "a", "`allOf` of several object or array schemas"),
+    (obj({"a": {"not": {"type": "boolean"}}}), "a", "any value"),
+    (obj({"a": obj({"x": BOOLEAN}, **{"not": {"required": ["x"]}})}), "a", "`not` on an object is not read"),
+    (obj({"a": obj({"x": BOOLEAN}, **{"if": {"required": ["x"]}, "then": {}})}), "a", "`if` on an object is not read"),
     (obj({"a": {"anyOf": [obj({"x": {"type": "boolean"}}), obj({"y": {"type": "boolean"}})]}}), "a", "a choice of shapes"),
     (obj({"a": {"enum": [{"x": 1}, "b"]}}), "a", "an enum of objects"),
     (obj({"a": {"enum": ["1", 1]}}), "a", "read alike"),
     (obj({"a": {"enum": ["", "b"]}}), "a", "is empty"),
     (obj({"a": {"enum": []}}), "a", "non-empty list"),
-    (obj({"a": {"type": "string", "enum": ["x", 3]}}), "a", "not of the declared type"),
+    (obj({"a": {"type": "string", "enum": [2, 3]}}), "a", "allows no value here: 2 values of its `enum` meet none"),
     (obj({"a": {"const": "x"}}), "$", "nothing to decide"),
     (obj({"a": {"type": "object", "properties": {"b": {"type": "object", "properties": {"c": STRING}}}}}), "a.b.c",
      "open-ended"),
-    ({"type": "array", "items": {"type": "boolean"}}, "$", "must describe an object"),
+    ({"type": "array", "items": {"type": "boolean"}}, "$", "must describe one object"),
     ([1, 2], "$", "must be a JSON object"),
     (obj({"a": {"type": "boolean"}}, required=["b"]), "$", "`required` names 'b'"),
 ])
@@ -273,9 +275,9 @@ def test_limits_on_fields_options_and_depth():
     with pytest.raises(SchemaError, match="at most 10"):
         from_json_schema(obj({"a": {"enum": [str(i) for i in range(11)]}}), max_options=10)
     deep: dict = {"type": "boolean"}
-    for _ in range(40):
+    for _ in range(70):
         deep = obj({"x": deep})
-    with pytest.raises(SchemaError, match="more than 32 deep"):
+    with pytest.raises(SchemaError, match="more than 64 deep"):
         from_json_schema(deep)
 
 
@@ -312,3 +314,190 @@ def test_rubrics_without_literals_or_turns_keep_their_identity():
 def test_literals_are_checked_against_their_options(field, problem):
     with pytest.raises(Exception, match=problem):
         Rubric.model_validate({"name": "t", "fields": {"a": field}})
+
+
+# -- every keyword honoured or refused ------------------------------------------------------------------
+
+
+def options_of(schema: dict) -> list:
+    """The answers the one property `a` offers (a one-answer property: that answer alone)."""
+    schema_rubric = from_json_schema(obj({"a": schema, "other": BOOLEAN}))
+    shape = dict(schema_rubric.shape.keys)["a"]
+    if isinstance(shape, Fixed):
+        return [shape.value]
+    spec = schema_rubric.rubric.fields["a"]
+    return [spec.json_value(label) for label in spec.labels]
+
+
+@pytest.mark.parametrize(("schema", "offered"), [
+    ({"enum": [1, 5, 10], "maximum": 5}, [1, 5]),
+    ({"enum": [1, 5, 10], "maximum": 5, "exclusiveMaximum": True}, [1]),  # draft 4
+    ({"enum": [1, 5, 10], "exclusiveMaximum": 10}, [1, 5]),
+    ({"enum": [0, 3, 4, 6], "multipleOf": 2}, [0, 4, 6]),
+    ({"enum": ["ab", "abcd", "abcdef"], "maxLength": 4}, ["ab", "abcd"]),
+    ({"enum": ["ab", "abcd", "abcdef"], "minLength": 3}, ["abcd", "abcdef"]),
+    ({"enum": ["ab", "xy", "abc"], "pattern": "^a"}, ["ab", "abc"]),
+    ({"enum": ["a", "b", "c"], "not": {"const": "b"}}, ["a", "c"]),
+    ({"enum": ["a", "b", "c"], "allOf": [{"enum": ["b", "c", "d"]}]}, ["b", "c"]),  # the intersection, not the sibling
+    ({"enum": ["a", "b", "c"], "anyOf": [{"const": "b"}, {"const": "c"}, {"const": "d"}]}, ["b", "c"]),
+    ({"oneOf": [{"enum": ["a", "b"]}, {"enum": ["b", "c"]}]}, ["a", "c"]),  # exactly one member matches
+    ({"const": "x", "enum": ["x", "y"]}, ["x"]),
+    ({"type": "string", "enum": ["x", 3]}, ["x"]),
+    ({"enum": ["2020-01-31", "2020-02-31"], "format": "date"}, ["2020-01-31"]),
+    ({"type": "boolean", "not": {"const": False}}, [True]),
+    ({"type": ["boolean", "null"], "enum": [True, None]}, [True, None]),
+    ({"enum": ["a", "b"], "if": {"const": "a"}, "then": {"maxLength": 0}}, ["b"]),
+    ({"anyOf": [{"type": "integer", "minimum": 1, "maximum": 3}, {"enum": ["none"]}], "not": {"const": 2}}, [1, 3, "none"]),
+])
+def test_enum_and_const_meet_every_sibling_constraint(schema, offered):
+    assert options_of(schema) == offered
+
+
+def test_references_and_allof_members_meet_their_siblings():
+    schema = {"$defs": {"Choice": {"enum": ["a", "b", "c"]}, "Int": {"type": "integer"}},
+              **obj({"narrowed": {"$ref": "#/$defs/Choice", "enum": ["b", "c", "z"]},
+                     "bounded": {"$ref": "#/$defs/Int", "minimum": 1, "maximum": 4},
+                     "split": {"allOf": [{"type": "integer", "minimum": 0}, {"maximum": 3}]}})}
+    fields = from_json_schema(schema).rubric.fields
+    assert list(fields["narrowed"].options) == ["b", "c"]
+    assert (fields["bounded"].kind, fields["bounded"].min, fields["bounded"].max) == (FieldKind.SCORE, 1, 4)
+    assert (fields["split"].kind, fields["split"].min, fields["split"].max) == (FieldKind.SCORE, 0, 3)
+
+
+def test_an_integer_range_stays_a_score_only_when_every_level_is_allowed():
+    fields = from_json_schema(obj({
+        "whole": {"type": "integer", "minimum": 0, "maximum": 5},
+        "holed": {"type": "integer", "minimum": 0, "maximum": 5, "not": {"const": 3}},
+        "capped": {"type": "integer", "minimum": 0, "maximum": 5, "allOf": [{"exclusiveMaximum": 4}]},
+    })).rubric.fields
+    assert (fields["whole"].kind, fields["whole"].min, fields["whole"].max) == (FieldKind.SCORE, 0, 5)
+    assert fields["holed"].kind is FieldKind.CHOICE and fields["holed"].literals == {str(n): n for n in (0, 1, 2, 4, 5)}
+    assert fields["capped"].kind is FieldKind.SCORE and (fields["capped"].min, fields["capped"].max) == (0, 3)
+
+
+def test_a_multi_label_arrays_options_are_the_items_the_schema_allows():
+    schema_rubric = from_json_schema(obj({"tags": {"type": "array", "items": {"enum": ["a", "b", "c"], "not": {"const": "b"}},
+                                                    "maxItems": 1}}))
+    assert list(schema_rubric.rubric.fields) == ["tags_a", "tags_c"]
+    assert dict(schema_rubric.shape.keys)["tags"].max_items == 1
+
+
+B = BOOLEAN
+
+
+@pytest.mark.parametrize(("schema", "path", "says"), [
+    (obj({"a": B}, **{"not": {"required": ["a"]}}), "$", "`not` on an object is not read"),
+    (obj({"a": B}, **{"if": {"required": ["a"]}, "then": {"required": ["a"]}}), "$", "`if` on an object"),
+    (obj({"a": B}, oneOf=[{"required": ["a"]}, {"required": ["a"]}]), "$", "`oneOf` on an object"),
+    (obj({"a": B}, anyOf=[{"required": ["a"]}]), "$", "`anyOf` on an object"),
+    (obj({"a": B}, minProperties=2), "$", "`minProperties` 2 cannot hold"),
+    (obj({"a": B, "b": B}, maxProperties=1), "$", "`maxProperties` 1 cannot hold"),
+    (obj({"a": B}, dependentRequired={"a": ["z"]}), "$", "`dependentRequired` asks for 'z'"),
+    (obj({"a": B}, dependencies={"a": ["z"]}), "$", "`dependencies` asks for 'z'"),
+    (obj({"a": B}, dependencies={"a": {"required": ["z"]}}), "$", "`dependencies` with a schema"),
+    (obj({"a": B}, dependentSchemas={"a": {"required": ["z"]}}), "$", "`dependentSchemas`"),
+    (obj({"a": B}, patternProperties={"^x": B}), "$", "`patternProperties`"),
+    (obj({"a": B, "Bad": B}, propertyNames={"pattern": "^[a-z]+$"}), "$", "`propertyNames` refuses the property 'Bad'"),
+    (obj({"a": B}, enum=[{"a": True}]), "$", "`enum` on an object"),
+    (obj({"a": B}, const={"a": True}), "$", "`const` on an object"),
+    ({"anyOf": [obj({"a": B}), obj({"b": B})]}, "$", "`anyOf` at the root is not read"),
+    ({"enum": [{"a": True}]}, "$", "`enum` at the root is not read"),
+    (obj({"o": obj({"x": B}, minProperties=3)}), "o", "`minProperties` 3"),
+    (obj({"o": {"allOf": [obj({"x": B}), {"required": ["x"]}]}}), "o", "`allOf` of several"),
+    ({"$defs": {"O": obj({"x": B})}, **obj({"o": {"$ref": "#/$defs/O", "additionalProperties": False}})}, "o",
+     "`additionalProperties` beside a `$ref`"),
+    ({"$defs": {"O": obj({"x": B})}, **obj({"o": {"$ref": "#/$defs/O", "properties": {"y": B}}})}, "o",
+     "`properties` in two schema objects"),
+    ({"$defs": {"O": obj({"x": B})}, **obj({"o": {"anyOf": [{"$ref": "#/$defs/O"}, {"type": "null"}], "not": {}}})}, "o",
+     "`not` on an object"),
+    (obj({"t": {"type": "array", "items": {"enum": ["a", "b"]}, "contains": {"const": "a"}}}), "t", "`contains`"),
+    (obj({"t": {"type": "array", "items": {"enum": ["a", "b"]}, "not": {"maxItems": 0}}}), "t", "`not` on an array"),
+    (obj({"t": {"type": "array", "items": {"enum": ["a", "b"]}, "enum": [["a"]]}}), "t", "`enum` on an array"),
+    (obj({"a": {"$dynamicRef": "#node"}}), "a", "`$dynamicRef`"),
+    (obj({"a": {"$ref": "#/$defs/X"}}, **{"$defs": {"X": {"$id": "x.json", "type": "boolean"}}}), "a", "`$id` below the root"),
+    (obj({"a": {"$ref": "#choice"}}, **{"$defs": {"X": {"$anchor": "choice", "type": "boolean"}}}), "a", "names an anchor"),
+    (obj({"a": {"enum": [1, 2], "divisibleBy": 2}}), "a", "draft 3's `divisibleBy`"),
+    (obj({"a": {"enum": [1, 2], "minimum": "1"}}), "a", "`minimum` must be a number"),
+    (obj({"a": {"enum": ["x", "y"], "pattern": "("}}), "a", "not a regular expression"),
+    (obj({"a": {"enum": [1, 2], "minimum": 5}}), "a", "allows no value here"),
+    (obj({"a": {"anyOf": [{"const": i} for i in range(1025)]}}), "a", "`anyOf` holds 1025 schemas; at most 1024"),
+])
+def test_what_an_object_or_array_cannot_honour_is_refused_naming_the_keyword(schema, path, says):
+    with pytest.raises(SchemaError) as raised:
+        from_json_schema(schema)
+    assert raised.value.path == path
+    assert says in raised.value.problems[0].message
+
+
+def test_what_the_listed_properties_meet_is_honoured():
+    schema = {"$defs": {"O": obj({"x": B, "y": B}, required=["x"])},
+              **obj({"a": B, "b": B, "o": {"$ref": "#/$defs/O", "unevaluatedProperties": False, "minProperties": 2}},
+                    minProperties=3, maxProperties=3, dependentRequired={"a": ["b"]}, propertyNames={"pattern": "^[a-z]$"},
+                    unevaluatedProperties=False, additionalProperties=False)}
+    assert list(from_json_schema(schema).rubric.fields) == ["a", "b", "o_x", "o_y"]
+
+
+def test_annotations_and_keywords_json_schema_does_not_define_are_accepted():
+    schema = obj({"a": {"enum": ["x", "y"], "examples": ["x"], "default": "x", "deprecated": True, "$comment": "c",
+                        "x-order": 3, "readOnly": False, "contentMediaType": "text/plain"}},
+                 discriminator={"propertyName": "a"}, **{"x-tags": ["t"], "$schema": "https://json-schema.org/draft/2020-12/schema"})
+    assert list(from_json_schema(schema).rubric.fields["a"].options) == ["x", "y"]
+
+
+# -- bounded work ---------------------------------------------------------------------------------------
+
+
+def references_into_many_paths(levels: int, fan: int) -> dict:
+    """`levels` of `anyOf`, each of `fan` references to the next level, ending in a two-value enum:
+    fan ** (levels - 1) paths in a few hundred bytes per level."""
+    definitions: dict = {f"L{levels}": {"enum": ["a", "b"]}}
+    for level in range(levels - 1, 0, -1):
+        definitions[f"L{level}"] = {"anyOf": [{"$ref": f"#/$defs/L{level + 1}"}] * fan}
+    return {"$defs": definitions, **obj({"x": {"$ref": "#/$defs/L1"}})}
+
+
+def test_a_schema_of_ten_million_paths_stops_at_the_node_budget(monkeypatch):
+    schema = references_into_many_paths(8, 10)
+    assert len(json.dumps(schema)) < 2048
+    visits = []
+    original = json_schema._Reader.visit
+    monkeypatch.setattr(json_schema._Reader, "visit", lambda self, path, depth: (visits.append(path), original(self, path, depth)))
+    with pytest.raises(SchemaError, match=r"expands to more than 10,000 schema objects") as raised:
+        from_json_schema(schema)
+    assert raised.value.path == "x" and len(visits) == json_schema.MAX_NODES + 1
+    assert from_json_schema(references_into_many_paths(3, 10)).rubric.fields["x"].options == {"a": "", "b": ""}
+
+
+def test_checking_the_answers_stops_at_its_step_budget():
+    # Within the node budget, but every value would be checked against a thousand members it fails.
+    schema = obj({"a": {"enum": [f"v{i}" for i in range(500)], "anyOf": [{"type": "integer"}] * 1000}})
+    with pytest.raises(SchemaError, match=r"enters more than 20,000 schema objects") as raised:
+        from_json_schema(schema)
+    assert raised.value.path == "a"
+
+
+def test_a_thousand_options_cost_a_few_check_steps_each(monkeypatch):
+    checkers = []
+    original = json_schema._Reader.checker.fget
+    monkeypatch.setattr(json_schema._Reader, "checker", property(lambda self: checkers.append(original(self)) or checkers[-1]))
+    values = [f"option {i}" for i in range(1024)]
+    from_json_schema(obj({"a": {"type": "string", "enum": values}, "b": B}))
+    assert checkers[-1].steps == 1024 + 2  # one entry per value, whatever the enum's length
+    described = {"oneOf": [{"const": value, "description": f"the {value}"} for value in values]}
+    from_json_schema({"$defs": {"Options": described}, **obj({"a": {"$ref": "#/$defs/Options"}, "b": B})})
+    assert checkers[-1].steps == 3 * 1024 + 2  # the value, the reference, its one member: not a pass over all 1024
+
+
+def test_a_pattern_that_backtracks_without_end_is_refused_naming_the_property():
+    schema = obj({"a": {"enum": ["a" * 40 + "!", "b"], "pattern": "(a|a)+$"}, "b": B})
+    with pytest.raises(SchemaError, match=r"matching `pattern` '\(a\|a\)\+\$' takes more than") as raised:
+        from_json_schema(schema)
+    assert raised.value.path == "a"
+
+
+def test_enum_values_read_are_bounded_across_references():
+    schema = {"$defs": {"Many": {"enum": [f"v{i}" for i in range(1000)]}},
+              **obj({"a": {"anyOf": [{"$ref": "#/$defs/Many"}] * 300}})}
+    with pytest.raises(SchemaError, match=r"lists more than 262,144 values") as raised:
+        from_json_schema(schema)
+    assert raised.value.path == "a"
