@@ -12,6 +12,7 @@ class TokenizerView:
     def __init__(self, tokenizer: Any):
         self.tokenizer = tokenizer
         self._texts_to_ids: dict[str, list[int]] | None = None
+        self._longest_text: int | None = None
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -57,6 +58,13 @@ class TokenizerView:
                     mapping.setdefault(text, []).append(index)
             self._texts_to_ids = mapping
         return self._texts_to_ids
+
+    @property
+    def longest_text(self) -> int:
+        """Characters in the longest vocabulary entry's text: no longer text is one token."""
+        if self._longest_text is None:
+            self._longest_text = max(map(len, self.texts_to_ids), default=0)
+        return self._longest_text
 
 
 def token_texts(tokenizer: Any) -> list[str]:

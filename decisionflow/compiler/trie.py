@@ -15,10 +15,18 @@ from enum import Enum
 
 from ..errors import CompileError
 from ..spec.rubric import AnswerFormat, FieldKind, FieldSpec, Value
+from ..spec.text import shown
 from .layout import Layout
 from .prompt import value_literal
 from .tokens import TokenizerView
 from .tree import tree_depths
+
+MAX_OPTION_TOKENS = 1024
+"""The most tokens one option's label may have. A label is written whole into the prompt's catalog and,
+once answered, into the answer line that later rounds read, and its trie is as deep as it is long: one
+option of 1,024 tokens costs about 2,000 of the bundled model's 8,192 positions before any input. A longer
+label is refused when the rubric is compiled, naming the field and the option; a long text belongs in
+the option's description, which is written into the catalog only."""
 
 
 class ReadMode(str, Enum):
@@ -28,7 +36,7 @@ class ReadMode(str, Enum):
     """Score every token of every answer's line, its line ending included."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class TrieNode:
     children: dict[int, "TrieNode"] = field(default_factory=dict)
     values: set[int] = field(default_factory=set)
@@ -39,6 +47,11 @@ class TrieNode:
     """Whether this node or any node under it is read (so its token must be fed)."""
     position: int = -1
     """Index of this node's token within the field's row (the root is the stem's last token)."""
+
+    def __repr__(self) -> str:
+        # Shallow: the default repr descends one call per token, past the recursion limit for a long option.
+        return (f"TrieNode(children={list(self.children)}, values={sorted(self.values)}, read={self.read}, "
+                f"reads_below={self.reads_below}, position={self.position})")
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,7 @@ def compile_field(
     answer_format: AnswerFormat,
     mode: ReadMode,
 ) -> CompiledField:
+    check_option_lengths(view, spec)
     values = spec.values
     candidates: list[tuple[int, tuple[int, ...]]] = []
     seen: dict[tuple[int, ...], int] = {}
@@ -170,6 +184,24 @@ def compile_field(
     )
 
 
+def check_option_lengths(view: TokenizerView, spec: FieldSpec) -> None:
+    """Refuse an option whose label is longer than `MAX_OPTION_TOKENS` tokens (tokenised on its own)."""
+    if spec.kind is not FieldKind.CHOICE:
+        return
+    for label in spec.labels:
+        # Every token stands for at least one byte of its text (one more for a leading space some
+        # tokenizers add), so a label of fewer bytes than the limit needs no tokenising.
+        if len(label.encode("utf-8", errors="surrogatepass")) < MAX_OPTION_TOKENS:
+            continue
+        count = len(view.encode(label))
+        if count > MAX_OPTION_TOKENS:
+            raise CompileError(
+                f"fields.{spec.name}: the option {shown(label, 60)} is {count:,} tokens long; an option may be at "
+                f"most {MAX_OPTION_TOKENS:,} tokens (each is written whole into the prompt and its answer line): "
+                "shorten its label (a longer text can go in the option's description)"
+            )
+
+
 def _readout_paths(
     root: TrieNode, read_positions: list[int]
 ) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, tuple[int, ...]], ...]]:
@@ -204,34 +236,49 @@ def _common_prefix_length(sequences: list[tuple[int, ...]]) -> int:
     return length
 
 
-def _mark_reads(node: TrieNode, mode: ReadMode) -> bool:
-    """Exact mode reads after every token of every line; branch mode only where answers part ways."""
-    if mode is ReadMode.EXACT:
-        node.read = bool(node.children)
-    else:
-        node.read = len(node.values) > 1 and len(node.children) > 1
-    below = [_mark_reads(child, mode) for child in node.children.values()]
-    node.reads_below = node.read or any(below)
-    return node.reads_below
+def _mark_reads(root: TrieNode, mode: ReadMode) -> None:
+    """Exact mode reads after every token of every line; branch mode only where answers part ways.
+
+    Walked with a list, not recursion: a trie is as deep as its longest answer, which may be
+    `MAX_OPTION_TOKENS` long, past Python's recursion limit."""
+    order: list[TrieNode] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(node.children.values())
+    # In that (pre-)order a node comes before everything under it: reversed, children are settled first.
+    for node in reversed(order):
+        if mode is ReadMode.EXACT:
+            node.read = bool(node.children)
+        else:
+            node.read = len(node.values) > 1 and len(node.children) > 1
+        node.reads_below = node.read or any(child.reads_below for child in node.children.values())
 
 
-def _pack(node: TrieNode, tokens: list[int], parents: list[int], reads: list[int]) -> None:
-    if node.read:
-        reads.append(node.position)
-    for token, child in node.children.items():
-        if child.reads_below:
-            child.position = len(tokens)
-            tokens.append(token)
-            parents.append(node.position)
-            _pack(child, tokens, parents, reads)
+def _pack(root: TrieNode, tokens: list[int], parents: list[int], reads: list[int]) -> None:
+    """The trie's fed nodes appended to the row depth first, children in insertion order, each node's
+    read recorded when it is placed (iterative, as `_mark_reads`)."""
+    if root.read:
+        reads.append(root.position)
+    stack = [(token, child, root) for token, child in reversed(root.children.items()) if child.reads_below]
+    while stack:
+        token, node, parent = stack.pop()
+        node.position = len(tokens)
+        tokens.append(token)
+        parents.append(parent.position)
+        if node.read:
+            reads.append(node.position)
+        stack.extend((t, child, node) for t, child in reversed(node.children.items()) if child.reads_below)
 
 
 def _mass_tokens(view: TokenizerView, root: TrieNode, suffixes: list[tuple[int, ...]]) -> tuple[int, ...]:
     """Root tokens that begin some allowed answer's text, however the tokenizer splits it."""
     found = set(root.children)
     texts_to_ids = view.texts_to_ids
+    longest = view.longest_text  # prefixes beyond it name no token: a long option costs no more here
     for suffix in suffixes:
         text = view.decode(suffix)
-        for end in range(1, len(text) + 1):
+        for end in range(1, min(len(text), longest) + 1):
             found.update(texts_to_ids.get(text[:end], ()))
     return tuple(sorted(found))
