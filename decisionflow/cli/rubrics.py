@@ -44,11 +44,45 @@ def validate(
         if rubric is None:
             failed = True
             continue
+        long_options = long_option_problems(rubric, err)
+        if long_options:
+            for problem in long_options:
+                say(err, f"{ref}: {problem}")
+            failed = True
+            continue
         examples = f", {count(len(rubric.examples), 'in-context example')}" if rubric.examples else ""
         say(out, f"OK {ref}: {rubric.name} ({count(len(rubric), 'field')}, "
                  f"{count(make_plan(rubric).forward_passes, 'forward pass', 'forward passes')}{examples})")
     if failed:
         raise typer.Exit(1)
+
+
+def long_option_problems(rubric: Rubric, err: Console) -> list[str]:
+    """Options over the compiler's per-option token limit, as `run` would refuse them. Only a label of at
+    least `MAX_OPTION_TOKENS` bytes can be over it, so the bundled model's tokenizer is loaded only for a
+    rubric that has one (`run --model` and `plan --tokens --model` count with that model's own)."""
+    from ..compiler.trie import check_option_lengths, may_exceed_option_limit
+
+    suspects = [spec for spec in rubric
+                if spec.kind is FieldKind.CHOICE and any(map(may_exceed_option_limit, spec.labels))]
+    if not suspects:
+        return []
+    from ..compiler.tokens import TokenizerView
+    from ..errors import CompileError, DecisionflowError
+    from ..runtime.loading import load_tokenizer
+
+    try:
+        with err.status("loading the tokenizer") as status:
+            view = TokenizerView(load_tokenizer(None, status=lambda message: status.update(message)))
+    except (DecisionflowError, OSError):
+        return []  # validate needs no model: without the tokenizer, `run` counts when it compiles
+    problems = []
+    for spec in suspects:
+        try:
+            check_option_lengths(view, spec)
+        except CompileError as error:
+            problems.append(str(error))
+    return problems
 
 
 def plan(

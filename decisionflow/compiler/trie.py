@@ -189,9 +189,7 @@ def check_option_lengths(view: TokenizerView, spec: FieldSpec) -> None:
     if spec.kind is not FieldKind.CHOICE:
         return
     for label in spec.labels:
-        # Every token stands for at least one byte of its text (one more for a leading space some
-        # tokenizers add), so a label of fewer bytes than the limit needs no tokenising.
-        if len(label.encode("utf-8", errors="surrogatepass")) < MAX_OPTION_TOKENS:
+        if not may_exceed_option_limit(label):
             continue
         count = len(view.encode(label))
         if count > MAX_OPTION_TOKENS:
@@ -200,6 +198,13 @@ def check_option_lengths(view: TokenizerView, spec: FieldSpec) -> None:
                 f"most {MAX_OPTION_TOKENS:,} tokens (each is written whole into the prompt and its answer line): "
                 "shorten its label (a longer text can go in the option's description)"
             )
+
+
+def may_exceed_option_limit(label: str) -> bool:
+    """Whether `label` can be longer than `MAX_OPTION_TOKENS` tokens in any tokenizer: each token stands
+    for at least one byte of its text (one more for the leading space some tokenizers add), so a label
+    of fewer bytes needs no tokenising."""
+    return len(label.encode("utf-8", errors="surrogatepass")) >= MAX_OPTION_TOKENS
 
 
 def _readout_paths(
