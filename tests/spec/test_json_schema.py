@@ -501,3 +501,17 @@ def test_enum_values_read_are_bounded_across_references():
     with pytest.raises(SchemaError, match=r"lists more than 262,144 values") as raised:
         from_json_schema(schema)
     assert raised.value.path == "a"
+
+
+def test_realistic_schemas_stay_far_below_the_budgets(monkeypatch):
+    """What the budgets' values rest on (docs/openai.md): the shipped presets and a pydantic model."""
+    from decisionflow.bench.workloads import PRESET_NAMES, load_preset, preset_json_schema
+
+    visits, checkers = [], []
+    visit, checker = json_schema._Reader.visit, json_schema._Reader.checker.fget
+    monkeypatch.setattr(json_schema._Reader, "visit", lambda self, path, depth: (visits.append(path), visit(self, path, depth)))
+    monkeypatch.setattr(json_schema._Reader, "checker", property(lambda self: checkers.append(checker(self)) or checkers[-1]))
+    for schema in [*(preset_json_schema(load_preset(name)) for name in PRESET_NAMES), strict_schema(Ticket)]:
+        visits.clear()
+        from_json_schema(schema)
+        assert len(visits) <= 60 and checkers[-1].steps < 300, (len(visits), checkers[-1].steps)
