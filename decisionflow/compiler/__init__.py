@@ -4,6 +4,7 @@ Needs a tokenizer, never torch: `decisionflow plan --tokens` runs it without loa
 """
 
 from .compiled import CompiledRubric, compile_rubric, example_answer
+from .independent import compile_independent
 from .inputs import render_input
 from .layout import LAYOUTS, Layout, probe_layout
 from .prompt import DEFAULT_CATALOG, Catalog, PromptParts, render_prompt, system_text
@@ -12,5 +13,5 @@ from .trie import CompiledField, ReadMode, TrieNode
 
 __all__ = [
     "DEFAULT_CATALOG", "LAYOUTS", "Catalog", "CompiledField", "CompiledRubric", "Layout", "PromptParts", "ReadMode", "TokenizerView",
-    "TrieNode", "compile_rubric", "example_answer", "probe_layout", "render_input", "render_prompt", "system_text",
+    "TrieNode", "compile_independent", "compile_rubric", "example_answer", "probe_layout", "render_input", "render_prompt", "system_text",
 ]

@@ -71,3 +71,13 @@ class Catalog(str, Enum):
     """The key and its question only: the allowed answers are enforced by the trie alone."""
     AUTO = "auto"
     """Chosen by the number of options (see `compiler.prompt.catalog_for`)."""
+
+
+class Reading(str, Enum):
+    """How a rubric's fields are read: together in one JSON object, or each question on its own."""
+
+    SHARED = "shared"
+    """One prompt lists every field; the first is pinned, the rest follow in rounds as keys of one object."""
+    INDEPENDENT = "independent"
+    """Each field is a question of its own after the input, seeing neither the other questions nor their
+    answers: its distribution is the same whichever questions are asked beside it (`compiler.independent`)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .kinds import Reading
 from .rubric import Rubric
 
 
@@ -60,7 +61,8 @@ def make_plan(
     """Plan `rubric`; keyword arguments override the rubric's own settings."""
     if max_fields_per_pass is not None and max_fields_per_pass < 1:
         raise ValueError(f"max_fields_per_pass must be at least 1, got {max_fields_per_pass}")
-    pin = rubric.pin_first if pin_first is None else pin_first
+    # Independent questions read nothing before them: no answer is written for the others to read.
+    pin = (rubric.pin_first if pin_first is None else pin_first) and rubric.reading is not Reading.INDEPENDENT
     budget = max_fields_per_pass or rubric.max_fields_per_pass
     deps = {spec.name: spec.dependencies for spec in rubric}
     order = list(rubric.fields)
@@ -84,6 +86,26 @@ def make_plan(
         for start in range(0, len(names), size):
             rounds.append(Round(len(rounds), tuple(names[start : start + size]), pinned, level))
     return Plan(rubric=rubric.name, rounds=tuple(rounds), derived=tuple(n for n in computed if n in derived))
+
+
+def split_by_tokens(plan: Plan, row_tokens: dict[str, int], budget: int) -> Plan:
+    """`plan` with each round cut where its fields' rows would pass `budget` tokens (a field alone may pass
+    it): the memory bound of a round whose rows are long, such as independent questions, which each carry
+    their own question. Fields keep their order; levels and pinning are kept."""
+    rounds: list[Round] = []
+    for round_ in plan.rounds:
+        current: list[str] = []
+        used = 0
+        for name in round_.fields:
+            cost = row_tokens.get(name, 0)
+            if current and used + cost > budget:
+                rounds.append(Round(len(rounds), tuple(current), round_.pinned, round_.level))
+                current, used = [], 0
+            current.append(name)
+            used += cost
+        if current:
+            rounds.append(Round(len(rounds), tuple(current), round_.pinned, round_.level))
+    return Plan(rubric=plan.rubric, rounds=tuple(rounds), derived=plan.derived)
 
 
 def dependency_levels(

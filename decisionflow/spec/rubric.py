@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from .derived import Derivation
-from .kinds import AnswerFormat, Catalog, Debias, FieldKind, JsonLiteral, StrictValue, Value, is_one_of
+from .kinds import AnswerFormat, Catalog, Debias, FieldKind, JsonLiteral, Reading, StrictValue, Value, is_one_of
 from .rubric_checks import RubricProblems, derivation_problems, find_cycle, may_be_unanswered
 from .text import has_visible, listing, refused_character, shown, without_invisible
 
@@ -460,6 +460,11 @@ class Rubric(_Frozen):
     """The input is a conversation told in the chat template's own turns after the rubric's system turn
     (as Chat Completions requests send it; a plain text is one user turn), instead of data to judge shown
     in one user turn after `Input:`. Left out of the rubric's dump when False."""
+    reading: Reading = Field(default=Reading.SHARED, exclude_if=lambda value: value is Reading.SHARED)
+    """`shared` (the default): one prompt lists every field and reads them as keys of one object, in
+    rounds. `independent`: each field is a question of its own after the input, whose answer does not
+    depend on the other fields (no `after`, `when`, `options_by`, `marginalize` or examples then).
+    Left out of the rubric's dump when shared."""
     max_input_tokens: StrictInt | None = Field(default=None, ge=1, exclude_if=lambda value: value is None)
     """The model reads at most this many tokens of each input: a longer one is cut at a token boundary
     and marked `[cut]` (every pass, fitting included, reads the same cut; a head's words still read the
@@ -510,12 +515,30 @@ class Rubric(_Frozen):
             problems.append(f"fields.{cycle[0]}: dependency cycle " + " -> ".join(cycle))
         if all(spec.derive is not None for spec in self):
             problems.append("fields: every field is derived; at least one must be asked of the model")
+        if self.reading is Reading.INDEPENDENT:
+            problems += self._independence_problems()
         if self.max_input_tokens is not None and self.input_turns:
             problems.append("max_input_tokens: a rubric that reads a conversation's own turns reads them whole; "
                             "leave max_input_tokens out")
         if problems:
             raise RubricProblems(problems)
         return self
+
+    def _independence_problems(self) -> Iterator[str]:
+        """What an independent reading cannot honour: an asked field that reads another field's answer,
+        and whatever is written into one prompt shared by every field."""
+        for key, spec in self.fields.items():
+            if spec.derive is not None:
+                continue  # computed in code from the answers: the questions stay independent
+            for setting, given in (("after", spec.after), ("when", spec.when), ("options_by", spec.options_by),
+                                   ("marginalize", spec.marginalize)):
+                if given:
+                    yield (f"fields.{key}.{setting}: fields of a rubric read independently (`reading: independent`) "
+                           "do not read each other's answers; remove it or read the rubric shared")
+        if self.examples:
+            yield "examples: a rubric read independently takes no in-context examples"
+        if self.input_turns:
+            yield "input_turns: a rubric read independently reads a conversation as a transcript (leave input_turns out)"
 
     def _example_problems(self, index: int, example: InContextExample, known: str) -> Iterator[str]:
         """An example answers fields the model is asked, each with one of its allowed answers."""
