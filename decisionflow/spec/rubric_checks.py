@@ -5,6 +5,7 @@ they come (this module sits below the rubric model, which calls it while validat
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,7 +45,8 @@ def find_cycle(edges: dict[str, tuple[str, ...]]) -> list[str] | None:
 
 
 MAX_DERIVED_COMBINATIONS = 100_000
-"""A derived field's rule is checked on every combination of the answers it reads, up to this many."""
+"""A derived field reads at most this many combinations of answers: a function is checked on every one when
+it is declared, and every decision weighs every one for the derived field's distribution (a rule table too)."""
 
 
 class RubricProblems(ValueError):
@@ -67,6 +69,12 @@ def derivation_problems(key: str, spec: Any, fields: dict[str, Any]) -> Iterator
     rule = spec.derive
     allowed = spec.values
     if isinstance(rule, RuleTable):
+        memo: dict[str, bool] = {}
+        combinations = math.prod(len(possible_answers(fields, read, memo)) for read in rule.reads if read in fields and read != key)
+        if combinations > MAX_DERIVED_COMBINATIONS:
+            yield (f"fields.{key}.derive: the rules read {combinations} combinations of answers, more than the "
+                   f"{MAX_DERIVED_COMBINATIONS} a decision weighs for the derived field's distribution; split them into "
+                   "smaller derived fields")
         for number, item in enumerate(rule.rules):
             for test in item.if_.tests():
                 if test.field not in fields or test.field == key:
