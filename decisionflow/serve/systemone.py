@@ -32,7 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import DataError, Problem, RubricError
-from ..spec.rubric import FieldKind, FieldSpec, Rubric, normalise_label
+from ..spec.rubric import FieldKind, FieldSpec, Rubric, normalise_label, number_text
 from .body import first_repeated_key, input_shape_problem, json_type, lone_surrogate
 from .cache import RecentlyBuilt
 from .refusals import Located, field_path
@@ -198,7 +198,9 @@ def _choice_criteria(value: Any, given: bool, where: str, limits: Limits, proble
             continue
         same = seen.get(normalise_label(label))
         if same is not None:
-            problems.append(Problem(SOURCE, where, f"duplicate labels: {same!r} and {label!r} are the same label once case, spaces and separators are ignored"))
+            alike = ("are the same number" if number_text(same) is not None and number_text(label) is not None
+                     else "are the same label once case, spaces and separators are ignored")
+            problems.append(Problem(SOURCE, where, f"duplicate labels: {same!r} and {label!r} {alike}"))
             continue
         seen[normalise_label(label)] = label
         options[label] = "" if description is None else _description(description, where, problems)

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import unicodedata
+from decimal import Decimal
 from functools import cached_property
 from typing import Any, Iterator
 
@@ -47,10 +48,46 @@ class _Frozen(BaseModel):
 
 
 def normalise_label(label: str) -> str:
-    """Labels equal under this mapping would be confusable for the model (case, separators, width,
-    zero-width characters)."""
+    """Labels equal under this mapping would be confusable for the model. A label written as a JSON number
+    (`-1`, `0.5`, `1e3`) maps to its value's one canonical text, so numbers compare by value as JSON Schema
+    compares them: `-1` and `1`, `1.5` and `15`, `-0.5` and `0.5` stay apart, `1` and `1.0` are one. Any
+    other label is compared without case, spaces, the separators `_ - . /`, width and zero-width characters
+    (`in_progress` and `In-Progress` are one)."""
+    number = number_text(label)
+    if number is not None:
+        return number
     folded = unicodedata.normalize("NFKC", without_invisible(label)).casefold()
     return re.sub(r"[\s_\-./]+", "", folded)
+
+
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_PLAIN_EXPONENT = 64
+"""Numbers within 10^±64 of their digits are written out in `number_text`; the rest keep an exponent, so a
+short label such as `1e999999` never becomes a long text."""
+
+
+def number_text(label: str) -> str | None:
+    """The canonical text of a label written as a JSON number (`1.50`, `15e-1` and `1.5` give `1.5`; `-0`
+    gives `0`), or None for any other label. Exact: no rounding to a float, so distinct numbers keep
+    distinct texts however many digits they have."""
+    if not _JSON_NUMBER.fullmatch(label):
+        return None
+    value = Decimal(label)
+    if value.is_zero():
+        return "0"
+    negative, digit_tuple, exponent = value.as_tuple()
+    assert isinstance(exponent, int)
+    digits = "".join(map(str, digit_tuple)).lstrip("0")
+    kept = digits.rstrip("0")
+    exponent += len(digits) - len(kept)
+    sign = "-" if negative else ""
+    if 0 <= exponent <= _PLAIN_EXPONENT:
+        return f"{sign}{kept}{'0' * exponent}"
+    if -_PLAIN_EXPONENT <= exponent < 0:
+        point = len(kept) + exponent
+        whole, fraction = (kept[:point], kept[point:]) if point > 0 else ("0", "0" * -point + kept)
+        return f"{sign}{whole}.{fraction}"
+    return f"{sign}{kept}e{exponent}"
 
 
 def reserved_name_problem(name: str) -> str | None:
@@ -267,6 +304,8 @@ class FieldSpec(_Frozen):
                     raise ValueError(f"options: {problem}")
                 key = normalise_label(label)
                 if key in seen:
+                    if number_text(seen[key]) is not None and number_text(label) is not None:
+                        raise ValueError(f"options: {shown(seen[key])} and {shown(label)} are the same number")
                     raise ValueError(
                         f"options: {shown(seen[key])} and {shown(label)} are identical after normalisation "
                         "(case, spaces, separators and zero-width characters ignored)"
