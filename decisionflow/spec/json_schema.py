@@ -305,6 +305,7 @@ class _Reader:
         self.nodes = 0
         self.values = 0
         self.targets: dict[str, Any] = {}
+        self.owned: dict[int, tuple[Mapping[str, Any], _Facts, list[_Found]]] = {}
         self._checker: Checker | None = None
 
     # -- budgets -----------------------------------------------------------------------------------
@@ -638,19 +639,8 @@ class _Reader:
             return _Found(_Source([], "`false`"))
         if not isinstance(node, Mapping):
             raise SchemaError(path, f"a schema must be a JSON object, got {_json_type(node)}")
-        self.check_node(node, path)
-        _check_leaf_keywords(node, path)
-        types = _types_of(node, path)
-        facts = _Facts(frozenset(types) if types else None,
-                       _bound(node, "minimum", "exclusiveMinimum", path, lower=True),
-                       _bound(node, "maximum", "exclusiveMaximum", path, lower=False))
-        if "multipleOf" in node:
-            facts.step, facts.stepped = _step(node["multipleOf"], path), True
-        found: list[_Found] = []
-        if "const" in node:
-            found.append(self.listed([node["const"]], node, path, "`const`"))
-        if "enum" in node:
-            found.append(self.listed(node["enum"], node, path, "`enum`"))
+        facts, listed = self.own(node, path)
+        found = list(listed)
         for keyword in ("anyOf", "oneOf"):
             if keyword in node:
                 members = [self.candidates(member, path, depth=depth + 1, refs=refs) for member in self.members(node, keyword, path)]
@@ -682,6 +672,31 @@ class _Reader:
             chosen = chosen.with_null()
         reason = "" if chosen is not None else next((item.reason for item in found if item.reason), "")
         return _Found(chosen, reason, facts)
+
+    def own(self, node: Mapping[str, Any], path: str) -> tuple[_Facts, list[_Found]]:
+        """What a schema object says by itself (its keywords checked, its bounds, its `const`/`enum`), read
+        once however often it is reached (each reach still counts toward the budgets)."""
+        cached = self.owned.get(id(node))
+        if cached is not None and cached[0] is node:
+            for found in cached[2]:
+                if found.source is not None:
+                    self.read_values(len(found.source.values), path)
+            return cached[1], cached[2]
+        self.check_node(node, path)
+        _check_leaf_keywords(node, path)
+        types = _types_of(node, path)
+        facts = _Facts(frozenset(types) if types else None,
+                       _bound(node, "minimum", "exclusiveMinimum", path, lower=True),
+                       _bound(node, "maximum", "exclusiveMaximum", path, lower=False))
+        if "multipleOf" in node:
+            facts.step, facts.stepped = _step(node["multipleOf"], path), True
+        listed: list[_Found] = []
+        if "const" in node:
+            listed.append(self.listed([node["const"]], node, path, "`const`"))
+        if "enum" in node:
+            listed.append(self.listed(node["enum"], node, path, "`enum`"))
+        self.owned[id(node)] = (node, facts, listed)
+        return facts, listed
 
     def listed(self, values: Any, node: Mapping[str, Any], path: str, origin: str) -> _Found:
         if origin == "`enum`" and (not isinstance(values, list) or not values):
