@@ -64,7 +64,7 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Union
@@ -442,7 +442,7 @@ class _Reader:
             shaped.append((key, self.property_shape(child, _join(path, key), (*names, key), depth=depth + 1, refs=refs)))
         return Nested(tuple(shaped))
 
-    def container_checks(self, part: Mapping[str, Any], kind: str, path: str, *, keys: list[str] = (),  # type: ignore[assignment]
+    def container_checks(self, part: Mapping[str, Any], kind: str, path: str, *, keys: Sequence[str] = (),
                          owner: bool = False, inner: bool = False) -> None:
         """Refuse what an object (or an array) answered by construction cannot honour in one of the schema
         objects that apply to it; check what depends only on its keys against them."""
@@ -480,7 +480,7 @@ class _Reader:
                                     f"to it; {SUPPORTED}")
         self.key_checks(part, keys, path)
 
-    def key_checks(self, part: Mapping[str, Any], keys: list[str], path: str) -> None:
+    def key_checks(self, part: Mapping[str, Any], keys: Sequence[str], path: str) -> None:
         """The keywords that depend only on which properties an object holds, checked against its listed
         properties (every one of them is answered)."""
         required = part.get("required", [])
@@ -515,7 +515,7 @@ class _Reader:
         if "propertyNames" in part:
             names = part["propertyNames"]
             self.candidates(names, path, depth=0, refs=())  # reached and counted as any schema the validator enters
-            verdict = self.judged(names, keys, path)
+            verdict = self.judged(names, list(keys), path)
             refused = [key for index, key in enumerate(keys) if index not in set(verdict.accepted)]
             if refused:
                 raise SchemaError(path, f"`propertyNames` refuses the property {shown(refused[0])} ({verdict.refusal})")
@@ -596,7 +596,7 @@ class _Reader:
 
     # -- leaves --------------------------------------------------------------------------------
 
-    def leaf_domain(self, node: Any, path: str, *, depth: int, also: list[Any] = ()) -> _Domain:  # type: ignore[assignment]
+    def leaf_domain(self, node: Any, path: str, *, depth: int, also: Sequence[Any] = ()) -> _Domain:
         """The values a leaf's schema accepts (and `also` the schemas in `also`): drawn from its most specific
         list of values, then judged against the whole schema."""
         found = self.candidates(node, path, depth=depth, refs=())
@@ -613,8 +613,10 @@ class _Reader:
             survivors = sorted(kept)
             kept = {survivors[index] for index in verdict.accepted}
             refusal = refusal or verdict.refusal
+        if not values:
+            raise SchemaError(path, f"the schema allows no value here ({source.origin})")
         if not kept:
-            what = f"{len(values)} value{'s' if len(values) != 1 else ''}" if values else "no value"
+            what = f"{len(values)} value{'s' if len(values) != 1 else ''}"
             raise SchemaError(path, f"the schema allows no value here: {what} of its {source.origin} "
                                     f"{'meet' if len(values) != 1 else 'meets'} none of its other constraints"
                                     f"{f' ({refusal})' if refusal else ''}")

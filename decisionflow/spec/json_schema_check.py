@@ -15,8 +15,9 @@ The dialect is draft 2020-12, with what older schemas and OpenAPI write read as 
   bounds), and nothing is ever fetched: only the schema's own references resolve.
 
 The work is bounded, since a client's schema is read on the server's threads:
-- each schema object the validator enters costs one step plus one per keyword it holds, and one
-  conversion may spend `MAX_CHECK_STEPS`; `enum` membership is hashed and the members of `anyOf`/`oneOf`
+- each schema object the validator enters costs one step (one more per `KEYWORDS_PER_STEP` keywords it
+  holds), and one conversion may spend `MAX_CHECK_STEPS`: entering, with its error object when the value
+  fails, is what checking costs (about 10 µs); `enum` membership is hashed and the members of `anyOf`/`oneOf`
   that hold a `const` or an `enum` are indexed by value, so a 1,024-option union costs a few steps per
   option rather than a pass over every member (same verdicts, linear instead of quadratic);
 - `pattern` is matched by the `regex` package with a time limit: a pattern that backtracks
