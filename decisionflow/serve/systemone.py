@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import DataError, Problem, RubricError
+from ..spec.names import field_names
 from ..spec.rubric import FieldKind, FieldSpec, Rubric, normalise_label, number_text
 from .body import first_repeated_key, input_shape_problem, json_type, lone_surrogate
 from .cache import RecentlyBuilt
@@ -48,7 +49,6 @@ RUBRIC_INSTRUCTIONS = (
     "answer each one on its own, without regard to the others."
 )
 SOURCE = "request"
-_FIELD_NAME_LIMIT = 48
 
 
 @dataclass(frozen=True)
@@ -290,23 +290,6 @@ def _field_data(question: Question) -> dict[str, Any]:
         "kind": FieldKind.SCORE, "question": question.instructions, "min": 0, "max": len(levels) - 1,
         "options": {str(level): text for level, text in enumerate(levels)},
     }
-
-
-def field_names(ids: list[str]) -> dict[str, str]:
-    """A readable, valid and unique JSON key for every question id (`is spam?` -> `is_spam`, `1` -> `q_1`)."""
-    names: dict[str, str] = {}
-    taken: set[str] = set()
-    for qid in ids:
-        ascii_id = unicodedata.normalize("NFKD", qid).encode("ascii", "ignore").decode()
-        base = re.sub(r"[^A-Za-z0-9]+", "_", ascii_id).strip("_")[:_FIELD_NAME_LIMIT].rstrip("_")
-        if not base or not base[0].isalpha():
-            base = f"q_{base}" if base else "q"
-        name, suffix = base, 2
-        while name in taken:
-            name, suffix = f"{base}_{suffix}", suffix + 1
-        taken.add(name)
-        names[qid] = name
-    return names
 
 
 # -- answers --------------------------------------------------------------------------------------------
