@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from ..errors import CompileError
 from ..spec.rubric import AnswerFormat, FieldKind, FieldSpec, Value
@@ -53,6 +54,36 @@ class TrieNode:
         # Shallow: the default repr descends one call per token, past the recursion limit for a long option.
         return (f"TrieNode(children={list(self.children)}, values={sorted(self.values)}, read={self.read}, "
                 f"reads_below={self.reads_below}, position={self.position})")
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # pickle and deepcopy descend one call per level as well: the subtree travels as flat rows instead.
+        return _rebuilt_trie, (_flat_trie(self),)
+
+
+_FlatNode = tuple[int, int, tuple[int, ...], bool, bool, int]
+"""(parent's index or -1, token from the parent, values, read, reads_below, position), parents first."""
+
+
+def _flat_trie(root: TrieNode) -> list[_FlatNode]:
+    rows: list[_FlatNode] = []
+    stack: list[tuple[int, int, TrieNode]] = [(-1, -1, root)]
+    while stack:
+        parent, token, node = stack.pop()
+        rows.append((parent, token, tuple(sorted(node.values)), node.read, node.reads_below, node.position))
+        index = len(rows) - 1
+        # Pushed reversed, popped in insertion order: children keep their order when rebuilt.
+        stack.extend((index, child_token, child) for child_token, child in reversed(node.children.items()))
+    return rows
+
+
+def _rebuilt_trie(rows: list[_FlatNode]) -> TrieNode:
+    nodes: list[TrieNode] = []
+    for parent, token, values, read, reads_below, position in rows:
+        node = TrieNode(values=set(values), read=read, reads_below=reads_below, position=position)
+        if parent >= 0:
+            nodes[parent].children[token] = node
+        nodes.append(node)
+    return nodes[0]
 
 
 @dataclass(frozen=True)

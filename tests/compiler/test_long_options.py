@@ -3,12 +3,14 @@ the real model; an option over `MAX_OPTION_TOKENS` is refused with one line nami
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 
 import pytest
 
 from decisionflow.compiler import ReadMode, TokenizerView, compile_rubric
-from decisionflow.compiler.trie import MAX_OPTION_TOKENS, TrieNode
+from decisionflow.compiler.trie import MAX_OPTION_TOKENS, TrieNode, _flat_trie
 from decisionflow.errors import CompileError
 from decisionflow.runtime.debias import Debias
 from decisionflow.runtime.engine import Engine, EngineOptions
@@ -59,6 +61,17 @@ def test_an_option_at_the_limit_compiles_into_a_row_as_deep_as_it_is_long(tokeni
         # Reads at the root and where `red` and `green` part ways, after the whole shared prefix.
         assert len(fruit.read_positions) == 2
         assert fruit.read_positions[1] == fruit.row_length - 1
+
+
+def test_a_deep_trie_pickles_and_copies_node_for_node(tokenizer):
+    long = words(MAX_OPTION_TOKENS - 1)
+    fruit = compile_rubric(tokenizer, fruit_rubric("pear", "pearl", long + " red", long + " green")).fields["fruit"]
+    for copied in (pickle.loads(pickle.dumps(fruit)), copy.deepcopy(fruit)):
+        assert copied.root is not fruit.root
+        # Every node's token, answers, reads and position, children in their order.
+        assert _flat_trie(copied.root) == _flat_trie(fruit.root)
+        assert len(_flat_trie(copied.root)) > MAX_OPTION_TOKENS
+        assert (copied.row_tokens, copied.read_positions, copied.paths) == (fruit.row_tokens, fruit.read_positions, fruit.paths)
 
 
 @pytest.mark.parametrize("length", [MAX_OPTION_TOKENS + 1, 5000])
