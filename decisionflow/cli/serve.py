@@ -89,11 +89,9 @@ def serve_command(
         min=1, help="Longest prompt (tokens before the input) of a new question set.")] = LIMITS.max_question_set_head_tokens,
     body_timeout: Annotated[float, typer.Option(
         min=0.001, help="Seconds a request body may take to arrive (408 after).")] = LIMITS.body_timeout_s,
-    request_timeout: Annotated[
-        float | None,
-        typer.Option(min=0.001, help="Seconds a request may take in all (504 after; its work is dropped if the model "
-                     "has not started on it). Default: no deadline.", show_default=False),
-    ] = None,
+    request_timeout: Annotated[float, typer.Option(
+        min=0, help="Seconds a request may take from its arrival to its answer: 504 after, and the work done for it "
+                    "stops (0: no limit).")] = LIMITS.request_timeout_s or 0,
     limit_concurrency: Annotated[int, typer.Option(
         min=1, help="Connections and requests held at once (a plain 503 beyond).")] = SERVE.limit_concurrency,
     work_threads: Annotated[int, typer.Option(
@@ -144,7 +142,7 @@ def serve_command(
     settings = ServeSettings(
         limits=Limits(max_body_bytes=max_body_bytes, max_questions=max_questions, max_options=max_options,
                       max_texts=max_texts, max_queue=max_queue, body_timeout_s=body_timeout,
-                      request_timeout_s=request_timeout, new_question_sets_per_minute=new_question_sets_per_minute,
+                      request_timeout_s=request_timeout or None, new_question_sets_per_minute=new_question_sets_per_minute,
                       new_question_set_burst=new_question_set_burst,
                       max_question_set_head_tokens=max_question_set_head_tokens, max_schema_fields=max_schema_fields,
                       max_schema_options=max_schema_options),

@@ -34,7 +34,7 @@ from .head_store import DEFAULT_MAX_BYTES, HeadStore, model_fingerprint, weights
 from .heads import Heads, prompt_fingerprint
 from .loading import LoadedModel, Status, cache_root, load_model
 from .ops import KERNEL_CHOICES
-from .prepared import PreparedRubrics
+from .prepared import Checkpoint, PreparedRubrics
 from .result import Decision, Stats
 
 Progress = Callable[[int, int], None]
@@ -202,6 +202,7 @@ class Engine:
         calibration: Calibration | None = None,
         debias: Debias | str | None = None,
         heads: Heads | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> list[Decision | DecisionflowError]:
         """Like `decide_many`, but a bad input does not stop the others: per input, its decision or its error.
 
@@ -209,10 +210,14 @@ class Engine:
         comes back as the `DecisionflowError` saying why, with `input_index` set; the other inputs
         are still packed together. Errors that concern the whole rubric (it cannot be compiled, a
         calibration that does not fit it) are raised.
+
+        `checkpoint` (a server's): asked with the phase about to begin, before the rubric's head prefill
+        (`head`), before each pass of its content-free reading (`prior`) and before each pass of the inputs
+        (`pass`); what it raises ends the call there (see `runtime.prepared`).
         """
         return self._decide(
             target, _inputs(payloads, "decide_each"), progress=progress, calibration=calibration, debias=debias,
-            heads=heads, fail_fast=False,
+            heads=heads, fail_fast=False, checkpoint=checkpoint,
         )
 
     def read_features(
@@ -274,7 +279,7 @@ class Engine:
         self, target: Any, payloads: list[Any], *, progress: Progress | None,
         calibration: Calibration | None, debias: Debias | str | None, fail_fast: bool, internal: bool = False,
         heads: Heads | None = None, capture: Sequence[int] = (), forced: Sequence[dict[str, str]] | None = None,
-        captured: list[Any] | None = None, capture_means: Sequence[int] = (),
+        captured: list[Any] | None = None, capture_means: Sequence[int] = (), checkpoint: Checkpoint | None = None,
     ) -> list[Decision | DecisionflowError]:
         """`internal`: the engine's own reading (of content-free inputs), which never reports the
         rubric's preparation: the first request of the caller's does. `capture`, `capture_means`, `forced`
@@ -296,12 +301,12 @@ class Engine:
             calibration.check_readouts(heads.fitted_fields if heads is not None else ())
         model_cls = typed_model(target)
         prepared = self.prepared.get(rubric)
-        priors = self.prepared.priors(prepared, rubric, debias, calibration, heads)
+        priors = self.prepared.priors(prepared, rubric, debias, calibration, heads, checkpoint=checkpoint)
         outcomes: list[Decision | DecisionflowError | None] = [None] * len(payloads)
         tokens = self._admit(prepared.compiled, payloads, outcomes, fail_fast=fail_fast)
         admitted = [i for i, t in enumerate(tokens) if t is not None]
         if admitted:
-            self.prepared.ensure_head(prepared)
+            self.prepared.ensure_head(prepared, checkpoint=checkpoint)
         # "Hit": this request did not pay for preparing the rubric (compile, head, prior), which the
         # caller's first request reports, whoever made the head first.
         head_hit = internal or not admitted or not prepared.claim_preparation_report()
@@ -313,7 +318,7 @@ class Engine:
                                    words=heads.words(payloads[i]) if heads is not None else None)
                       for i in indexes]
             pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states, calibration,  # type: ignore[arg-type]
-                              priors, heads, capture, capture_means)
+                              priors, heads, capture, capture_means, checkpoint=checkpoint)
             if captured is not None:
                 for index, state in zip(indexes, states):
                     captured[index] = state.captured
@@ -353,10 +358,12 @@ class Engine:
                 raise failed
         return outcomes  # type: ignore[return-value]
 
-    def _read_content_free(self, rubric: Rubric, inputs: Sequence[str]) -> list[Decision | DecisionflowError]:
+    def _read_content_free(
+        self, rubric: Rubric, inputs: Sequence[str], checkpoint: Checkpoint | None = None,
+    ) -> list[Decision | DecisionflowError]:
         """The model's own, uncorrected reading of content-free inputs (what the content-free prior averages)."""
         return self._decide(rubric, list(inputs), progress=None, calibration=None, debias=Debias.NONE,
-                            fail_fast=False, internal=True)
+                            fail_fast=False, internal=True, checkpoint=checkpoint)
 
     def _admit(
         self, compiled: CompiledRubric, payloads: list[Any], outcomes: list[Any], *, fail_fast: bool

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -166,6 +166,8 @@ def execute(
     heads: Heads | None = None,
     capture: Sequence[int] = (),
     capture_means: Sequence[int] = (),
+    *,
+    checkpoint: Callable[[str], None] | None = None,
 ) -> float:
     """Decide every field of every request in place; return the milliseconds spent in passes.
 
@@ -173,7 +175,8 @@ def execute(
     fields they were fitted for; `calibration` rescales the result and makes it abstain below its
     thresholds (the candidate mass it judges stays the raw one). `capture`: hidden layers to keep per
     field read in `RequestState.captured` (for fitting heads); `capture_means`: layers whose mean over
-    the input's positions goes with them.
+    the input's positions goes with them. `checkpoint("pass")` is asked before each pass: what it raises
+    stops the requests there (their states are then half decided, for the caller to drop).
     """
     spent = 0.0
     mean_layers = tuple(dict.fromkeys([*(heads.mean_layers if heads is not None else ()), *capture_means]))
@@ -183,6 +186,8 @@ def execute(
         settle_derived(compiled, plan, requests, round_.index)
         if not reads:
             continue
+        if checkpoint is not None:
+            checkpoint("pass")
         began = time.perf_counter()
         rows = read_rows(reads)
         feature_rows = [r.positions[r.row.root_read] for r in reads] if read_layers else []

@@ -9,6 +9,11 @@ and pinned rubrics, such as the ones a server offers by name, are always kept); 
 for the same new rubric prepare it once. A caller may check a compiled rubric before it is kept
 (`get(rubric, check=...)`): one it refuses costs its compilation and nothing else.
 
+Work nobody waits for any more can be stopped between phases (a `Checkpoint`, which a server's requests
+carry): the head prefill and the content-free reading each ask it before they begin. A stopped phase
+leaves nothing behind but what was finished before it (a compiled rubric, a prefilled head), each a
+state any later call starts from, and the next call that needs the rest does it.
+
 It also chooses, per request, the prior each field's reading is divided by (`priors`), because the
 content-free priors it holds are one of the sources.
 """
@@ -34,8 +39,12 @@ from .heads import Heads
 from .result import Decision
 
 PreparedKey = tuple[str, str, str, bool | None]
-ContentFreeReader = Callable[[Rubric, Sequence[str]], list[Any]]
-"""Decides content-free inputs with the rubric, uncorrected: one `Decision` (or error) per input."""
+Checkpoint = Callable[[str], None]
+"""Called with the phase about to begin (`head`: the head prefill; `prior`: the content-free reading; `pass`:
+a forward pass of the inputs); raising stops the work there, and the exception reaches the caller."""
+ContentFreeReader = Callable[[Rubric, Sequence[str], "Checkpoint | None"], list[Any]]
+"""Decides content-free inputs with the rubric, uncorrected: one `Decision` (or error) per input. The
+checkpoint, when given, is asked before each of the reading's passes."""
 
 
 @dataclass
@@ -195,9 +204,9 @@ class PreparedRubrics:
             self._evict(keep=key)
         return prepared
 
-    def ensure_head(self, prepared: PreparedRubric) -> None:
+    def ensure_head(self, prepared: PreparedRubric, *, checkpoint: Checkpoint | None = None) -> None:
         """Get the rubric's head cache once (other threads wait for it): from the disk store when it has
-        it, else by a prefill that is then stored."""
+        it, else by a prefill that is then stored. `checkpoint("head")` is asked before a prefill."""
         if prepared.head is not None:
             return
         with prepared.lock:
@@ -209,6 +218,8 @@ class PreparedRubrics:
             head = store.load(tokens, layers=self.backend.layer_count, device=self.backend.device) if store else None
             prepared.head_source = "disk" if head is not None else "prefill"
             if head is None:
+                if checkpoint is not None:
+                    checkpoint("head")
                 head = self.backend.prefill_head(list(tokens))
                 if store is not None:
                     store.save(tokens, head)
@@ -238,13 +249,14 @@ class PreparedRubrics:
 
     def priors(
         self, prepared: PreparedRubric, rubric: Rubric, call: Debias | str | None, calibration: Calibration | None,
-        heads: Heads | None = None,
+        heads: Heads | None = None, *, checkpoint: Checkpoint | None = None,
     ) -> Priors | None:
         """The prior each field is divided by. Per field the method is the one its fitted head was fitted
         under (its features include the corrected readout), else the call's, else the one the
         calibration was fitted under, else the field's, else the rubric's, else the engine's: content-free
         priors are estimated once per rubric; domain priors come from the calibration file (refused when
-        it has none for that field)."""
+        it has none for that field). `checkpoint` is asked before the head prefill and the content-free reading
+        a first call may need."""
         fitted = calibration.corrections() if calibration is not None else {}
         head_corrections = {name: Debias(method) for name, method in heads.corrections().items()} if heads else {}
         if call is not None and not isinstance(call, Debias):
@@ -262,7 +274,7 @@ class PreparedRubrics:
         if all(method is Debias.NONE for method in methods.values()):
             return None
         wanted = any(method.uses_content_free_prior for method in methods.values())
-        content_free = self.content_free_prior(prepared, rubric) if wanted else {}
+        content_free = self.content_free_prior(prepared, rubric, checkpoint=checkpoint) if wanted else {}
         domain = calibration.priors(rubric) if calibration is not None else {}
         fields: dict[str, tuple[Debias, tuple[float, ...]]] = {}
         for name, method in methods.items():
@@ -277,13 +289,22 @@ class PreparedRubrics:
                 fields[name] = (method, domain[name])
         return Priors(fields) if fields else None
 
-    def content_free_prior(self, prepared: PreparedRubric, rubric: Rubric) -> dict[str, tuple[float, ...]]:
-        """Each field's mean distribution over the content-free inputs, computed once per rubric."""
+    def reads_content_free(self, rubric: Rubric) -> bool:
+        """Whether a call without a correction, calibration or heads of its own reads the rubric's content-free
+        prior (its first call then prepares that too, after the head)."""
+        return any(Debias(spec.debias or rubric.debias or self.default_debias).uses_content_free_prior
+                   for spec in rubric.fields.values())
+
+    def content_free_prior(
+        self, prepared: PreparedRubric, rubric: Rubric, *, checkpoint: Checkpoint | None = None,
+    ) -> dict[str, tuple[float, ...]]:
+        """Each field's mean distribution over the content-free inputs, computed once per rubric.
+        `checkpoint`: asked before the head prefill (`head`), then before each pass of the reading (`prior`)."""
         if prepared.content_free is not None:
             return prepared.content_free
         with prepared.prior_lock:
             if prepared.content_free is None:
-                self.ensure_head(prepared)  # first, so that the prior's time is its own reading only
+                self.ensure_head(prepared, checkpoint=checkpoint)  # first, so that the prior's time is its own reading only
                 began = time.perf_counter()
                 head_tokens, identity = prepared.compiled.head_tokens, self.prior_identity(rubric)
                 store = self.store
@@ -292,7 +313,8 @@ class PreparedRubrics:
                     prepared.content_free, prepared.prior_source = stored, "disk"
                     prepared.prior_ms = (time.perf_counter() - began) * 1000
                     return stored
-                decided = [o for o in self._read_content_free(rubric, CONTENT_FREE_INPUTS) if isinstance(o, Decision)]
+                reading = None if checkpoint is None else lambda _phase: checkpoint("prior")
+                decided = [o for o in self._read_content_free(rubric, CONTENT_FREE_INPUTS, reading) if isinstance(o, Decision)]
                 priors = {}
                 for name, spec in rubric.fields.items():
                     seen = [tuple(d.fields[name].probabilities.get(label, 0.0) for label in spec.labels)

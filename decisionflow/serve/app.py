@@ -11,6 +11,12 @@ on a small pool of helper threads (`ServeSettings.work_threads`), so one large b
 `refusals`), and no request can stop the server: whatever one request raises is that request's answer,
 and a failure of the server's own is a 500 whose traceback goes to the log, never to the client.
 
+Every request has a deadline (`Limits.request_timeout_s`, 60 s by default): past it, or once its client
+has gone, it is answered 504 (or not at all) and its work stops. Its asyncio task is cancelled, which takes
+its inputs out of the queue, and its `Cancellation` is set: its own steps on the helper threads (parsing,
+building a question set or reading a schema, compiling, admitting the input) check it between them, and
+the model thread's checkpoints stop a call once nobody waits for it (see `batcher`).
+
 Every answer carries `X-Request-ID` (the client's own when it sent a sane one, else a new one), and
 every request is one JSON line of the `decisionflow.serve` log (see `logs`).
 """
@@ -42,7 +48,7 @@ from ..errors import CompileError, ContextLengthError, DataError, DecisionflowEr
 from ..runtime.executor import check_fits
 from ..runtime.loading import is_hub_id
 from ..spec.json_schema import SchemaError, SchemaRubric, from_json_schema
-from .batcher import MicroBatcher, Timing
+from .batcher import Cancellation, MicroBatcher, Stopped, Timing
 from .body import first_repeated_key, input_shape_problem, json_content_type, parse_json, read_body
 from .budget import ANONYMOUS, PreparationBudget
 from .cache import RecentlyBuilt
@@ -98,6 +104,9 @@ class RequestNote:
     """Whose budget a new question set is charged to: the API key's position (`key 2`), or every client's."""
     openai: bool = False
     """The request came to an OpenAI-compatible route: its errors take OpenAI's shape."""
+    cancellation: Cancellation = field(default_factory=Cancellation)
+    """Set once the request is over (answered, timed out, or its client gone): the work still running for it
+    alone stops at its next step."""
 
 
 def note_of(request: Request) -> RequestNote:
@@ -147,8 +156,16 @@ class DecisionService:
         self.started = False
 
     async def off_loop(self, function: Callable[..., Any], *args: Any) -> Any:
-        """`function(*args)` on the helper threads: CPU work never runs on the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self.work, functools.partial(function, *args))
+        """`function(*args)` on the helper threads: CPU work never runs on the event loop. A step not yet
+        begun when its request ends never runs (its future is cancelled); one running stops at its next check."""
+        return await asyncio.get_running_loop().run_in_executor(self.work, functools.partial(self._counting_stops, function, *args))
+
+    def _counting_stops(self, function: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return function(*args)
+        except Stopped as stopped:  # nobody awaits it any more: counted, then dropped with the cancelled future
+            self.metrics.stopped.labels(phase=stopped.phase).inc()
+            raise
 
     async def read_body(self, request: Request) -> bytes:
         """The body within the size limit and the body timeout (408, connection closed, when it is too slow)."""
@@ -166,7 +183,7 @@ class DecisionService:
     async def systemone(self, raw: bytes, note: RequestNote) -> dict[str, Any]:
         note.rubric = "systemone"
         self.batcher.refuse_if_full(1)  # before any parsing, building or tokenising
-        parsed, question_set, cost = await self.off_loop(self._systemone_request, raw, note.client)
+        parsed, question_set, cost = await self.off_loop(self._systemone_request, raw, note.client, note.cancellation)
         outcome = await self._decide_question_set("systemone", question_set.rubric, parsed.state, cost, note)
         if isinstance(outcome, BaseException):
             raise Located(outcome, "state") if isinstance(outcome, InputError) else outcome
@@ -175,38 +192,46 @@ class DecisionService:
     async def _decide_question_set(self, route: str, rubric: Any, state: Any, cost: int, note: RequestNote) -> Any:
         """The first call of a set prefills its head and reads its content-free prior on the model thread.
         Such calls reach the queue one at a time, so a request of a prepared rubric waits behind at most
-        one preparation, however many new sets arrive together; the others wait here, off the queue."""
+        one preparation, however many new sets arrive together; the others wait here, off the queue, and
+        count as waiting for the set: a preparation stops only when no request waits for it any more."""
         def prepared() -> bool:
             found = self.engine.prepared.peek(rubric)
-            return found is not None and found.head is not None
+            return found is not None and found.head is not None and (
+                found.content_free is not None or not self.engine.prepared.reads_content_free(rubric))
 
         def decide() -> Any:
             return self.batcher.decide((route, rubric.key), rubric, state, cost=cost, timing=note.timing)
 
-        if not prepared():
-            async with self.preparing:
-                # Requests of the set that waited here while its first call prepared it go on together.
-                if not prepared():
-                    return await decide()
-        return await decide()
+        with self.batcher.awaiting(rubric):
+            if not prepared():
+                async with self.preparing:
+                    # Requests of the set that waited here while its first call prepared it go on together.
+                    if not prepared():
+                        return await decide()
+            return await decide()
 
-    def _systemone_request(self, raw: bytes, client: str) -> tuple[SystemOneRequest, QuestionSet, int]:
+    def _systemone_request(
+        self, raw: bytes, client: str, cancellation: Cancellation,
+    ) -> tuple[SystemOneRequest, QuestionSet, int]:
         """The request parsed, its question set ready and its state admitted (its token cost). A set is
         found, or built (a set that does not validate costs no budget), then, within the client's budget,
-        compiled and checked against the limits and the model's context before anything is cached."""
+        compiled and checked against the limits and the model's context before anything is cached. A request
+        over before a step does not begin it (nor charge the budget)."""
         parsed = parse_request(parse_json(raw), self.limits)
+        cancellation.check("convert")
         key = self.question_sets.key(parsed.questions)
         question_set = self.question_sets.find(key)
         self.metrics.question_sets.labels(result="hit" if question_set is not None else "miss").inc()
         if question_set is None:
             question_set = build_question_set(parsed.questions)
         if question_set.rubric not in self.engine.prepared:
+            cancellation.check("compile")
             self._prepare_rubric(question_set.rubric, client, "questions",
                                  lambda error: Located(error, located_compile_error(str(error), question_set)))
         self.question_sets.add(key, question_set)
         # A set the engine holds passed `_within_limits`, so its prompt fits: only the state can be too long.
         try:
-            return parsed, question_set, _admission(self.engine, question_set.rubric, parsed.state)
+            return parsed, question_set, _admission(self.engine, question_set.rubric, parsed.state, cancellation)
         except InputError as error:
             raise Located(error, "state") from None
 
@@ -247,7 +272,7 @@ class DecisionService:
     async def chat_completions(self, raw: bytes, note: RequestNote) -> Any:
         """A Chat Completions request with a JSON schema (or one forced function), decided (see `openai_chat`)."""
         self.batcher.refuse_if_full(1)  # before any parsing, reading of the schema or tokenising
-        request, schema_rubric, cost = await self.off_loop(self._chat_request, raw, note.client)
+        request, schema_rubric, cost = await self.off_loop(self._chat_request, raw, note.client, note.cancellation)
         note.rubric = f"chat:{schema_rubric.rubric.name}"
         outcome = await self._decide_question_set("chat", schema_rubric.rubric, list(request.turns), cost, note)
         if isinstance(outcome, InputError):
@@ -261,13 +286,15 @@ class DecisionService:
             return StreamingResponse(iter(events), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         return completion(request, schema_rubric, outcome, **shaped)
 
-    def _chat_request(self, raw: bytes, client: str) -> tuple[ChatRequest, SchemaRubric, int]:
+    def _chat_request(self, raw: bytes, client: str, cancellation: Cancellation) -> tuple[ChatRequest, SchemaRubric, int]:
         """The request parsed, its schema read into a rubric (found, or built and then prepared within the
-        client's budget, as a new question set is) and its conversation admitted (its token cost)."""
+        client's budget, as a new question set is) and its conversation admitted (its token cost); a request
+        over before a step does not begin it."""
         request = parse_chat_request(parse_json(raw))
         if request.model != self.model_name:
             raise HttpRefusal(404, "ModelNotFound", f"the model {request.model!r} does not exist on this server; it "
                               f"answers with {self.model_name!r} (GET /v1/models)", field="model")
+        cancellation.check("convert")
         key = schema_key(request)
         schema_rubric = self.schemas.find(key)
         self.metrics.question_sets.labels(result="hit" if schema_rubric is not None else "miss").inc()
@@ -280,11 +307,12 @@ class DecisionService:
                 raise HttpRefusal(400, "SchemaError", f"{error.path}: {error.problems[0].message}",
                                   field=request.schema_field) from None
         if schema_rubric.rubric not in self.engine.prepared:
+            cancellation.check("compile")
             self._prepare_rubric(schema_rubric.rubric, client, request.schema_field,
                                  lambda error: Located(error, request.schema_field))
         self.schemas.add(key, schema_rubric)
         try:
-            return request, schema_rubric, _admission(self.engine, schema_rubric.rubric, list(request.turns))
+            return request, schema_rubric, _admission(self.engine, schema_rubric.rubric, list(request.turns), cancellation)
         except InputError as error:
             raise _conversation_refused(error) from None
 
@@ -361,7 +389,7 @@ class DecisionService:
     async def _decide_one(self, group: Any, target: Any, calibration: Any, heads: Any, payload: Any, where: str,
                           note: RequestNote) -> Any:
         try:
-            cost = await self._admit(target, payload)
+            cost = await self._admit(target, payload, note.cancellation)
         except _RubricTooLong as error:
             raise error.error from None
         except InputError as error:
@@ -374,9 +402,9 @@ class DecisionService:
             raise outcome
         return outcome
 
-    async def _admit(self, target: Any, payload: Any) -> int:
+    async def _admit(self, target: Any, payload: Any, cancellation: Cancellation) -> int:
         """Compile the rubric (cached), tokenise and size-check the input off the event loop: its token cost."""
-        return await self.off_loop(_admission, self.engine, target, payload)
+        return await self.off_loop(_admission, self.engine, target, payload, cancellation)
 
     # -- health ---------------------------------------------------------------------------------------
 
@@ -412,7 +440,9 @@ class _RubricTooLong(Exception):
         self.error = error
 
 
-def _admission(engine: Any, target: Any, payload: Any) -> int:
+def _admission(engine: Any, target: Any, payload: Any, cancellation: Cancellation | None = None) -> int:
+    if cancellation is not None:
+        cancellation.check("admit")
     compiled, _ = engine.compile(target)
     limit = engine.backend.max_positions
     if limit and compiled.positions_before_input >= limit:
@@ -519,6 +549,8 @@ def create_app(engine: Any, registry: RubricRegistry | None = None, settings: Se
                                                                  "(the server's request timeout)"))
         except Exception as error:  # noqa: BLE001 - every failure is this request's answer, never the server's end
             return error_response(note, error, retry_after_s)
+        finally:
+            note.cancellation.cancel()  # whatever still runs for this request alone stops at its next step
 
     @app.post("/v1/systemone")
     async def systemone(request: Request) -> Response:
@@ -605,7 +637,8 @@ def _give_engine_the_budget(engine: Any, budget: int) -> None:
 
 async def _unless_client_leaves(request: Request, work: Awaitable[Any], timeout_s: float | None) -> Any:
     """`work`'s result; if the client disconnects first (`_ClientGone`) or `timeout_s` passes (`_TimedOut`),
-    `work` is cancelled: its inputs leave the queue if the model has not started on them."""
+    `work` is cancelled: its inputs leave the queue if the model has not started on them (and the caller's
+    `Cancellation` stops what runs on threads)."""
     if timeout_s is not None and timeout_s <= 0:
         close = getattr(work, "close", None)
         if close is not None:

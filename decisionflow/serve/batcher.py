@@ -8,7 +8,12 @@ one `engine.decide_each` call on the model's own thread, so the event loop never
 `decide_each` returns one outcome per input in order, and each outcome goes back to the future of the
 input it belongs to: answers are never mixed between requests, and one bad input fails only itself.
 An input whose client went away (or whose request ran out of time) is cancelled: dropped from the
-queue if it has not started, its result discarded if it has; the others in its batch are unaffected.
+queue if it has not started; if it has, its model call stops at the engine's next checkpoint once no
+input of the call is waited for (before the head prefill, before each pass of the content-free reading,
+before each pass of the inputs), and the others in its batch are unaffected. A rubric's preparation (its
+head prefill and content-free reading, done by its first call) is shared: it stops only when no request
+waits for that rubric at all, in the queue or before it (`awaiting`); what was finished stays, and the
+next call that needs the rest does it.
 
 `alive` says whether the dispatcher runs and the model thread exists (what `/healthz` reports); should
 the dispatcher ever stop on an error of its own, the error is logged and every waiting input fails
@@ -18,12 +23,14 @@ with 503 instead of waiting for ever.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, Hashable, Iterator
 
 from ..errors import DecisionflowError, Unavailable
 from .logs import log
@@ -44,6 +51,35 @@ class Timing:
         self.model_s = max(self.model_s, model_s)
 
 
+class Stopped(Exception):
+    """Work ended at a checkpoint because no request waits for it any more."""
+
+    def __init__(self, phase: str) -> None:
+        super().__init__(f"stopped before {phase}: no request waits for it any more")
+        self.phase = phase
+
+
+class Cancellation:
+    """A request's cancellation token, carried with the work done for it: cancelled once the request is over
+    (its client gone, its deadline passed, or answered). The request's own steps on the helper threads ask
+    `check` between them; a model call asks the batcher, which knows who else waits for the same work."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def check(self, phase: str) -> None:
+        """Raise `Stopped(phase)` when the request is over: `phase` is the step that would begin."""
+        if self._event.is_set():
+            raise Stopped(phase)
+
+
 @dataclass(eq=False)
 class _Waiting:
     group: Hashable
@@ -60,6 +96,8 @@ class _Waiting:
     """Seconds from queueing to the start of its model call."""
     ran: float = 0.0
     """Seconds of its model call(s)."""
+    abandoned: bool = False
+    """Its request stopped waiting (client gone, deadline passed): set on the event loop, read by the model thread."""
 
 
 def at_capacity(waiting: int) -> Unavailable:
@@ -82,6 +120,8 @@ class MicroBatcher:
         self._closing = False
         self._busy_since: float | None = None
         self._running: list[_Waiting] = []
+        self._awaited: Counter[Hashable] = Counter()
+        self._awaited_lock = threading.Lock()
 
     @property
     def depth(self) -> int:
@@ -153,6 +193,27 @@ class MicroBatcher:
             self.metrics.rejected.labels(reason="queue_full").inc(inputs)  # inputs, not requests
             raise at_capacity(waiting)
 
+    @contextmanager
+    def awaiting(self, target: Any) -> Iterator[None]:
+        """Count a request as waiting for `target`'s preparation while in the block, before it reaches the
+        queue too (a new question set's requests wait their turn off the queue): a preparation another
+        request waits for is never stopped for the one that started it."""
+        key = preparation_key(target)
+        with self._awaited_lock:
+            self._awaited[key] += 1
+        try:
+            yield
+        finally:
+            with self._awaited_lock:
+                self._awaited[key] -= 1
+                if not self._awaited[key]:
+                    del self._awaited[key]
+
+    def awaited(self, target: Any) -> bool:
+        """Whether a live request waits for `target` (safe from the model thread)."""
+        with self._awaited_lock:
+            return self._awaited[preparation_key(target)] > 0
+
     async def decide(
         self, group: Hashable, target: Any, payload: Any, *, cost: int, calibration: Any = None, heads: Any = None,
         timing: Timing | None = None,
@@ -168,11 +229,13 @@ class MicroBatcher:
         self.metrics.queue_depth.set(self.depth)
         assert self._wake is not None, "MicroBatcher.start() was not awaited"
         self._wake.set()
-        try:
-            outcome = await item.future  # cancelled with the request when its client disconnects
-        except asyncio.CancelledError:
-            self.metrics.cancelled.inc()
-            raise
+        with self.awaiting(target):
+            try:
+                outcome = await item.future  # cancelled with the request when its client disconnects
+            except asyncio.CancelledError:
+                item.abandoned = True  # the model thread's checkpoints read it
+                self.metrics.cancelled.inc()
+                raise
         if timing is not None:
             timing.add(item.waited, item.ran)
         return outcome
@@ -238,6 +301,8 @@ class MicroBatcher:
 
     async def _answer(self, batch: list[_Waiting]) -> None:
         outcomes = await self._call_model(batch)
+        if isinstance(outcomes, Stopped):
+            return  # every input of the call was abandoned: nobody waits for an answer
         if len(batch) > 1 and isinstance(outcomes, Exception):
             # Something failed the whole call: run the inputs one by one, so only the culprit fails.
             outcomes = [await self._call_model([item]) for item in batch]
@@ -258,12 +323,16 @@ class MicroBatcher:
         options: dict[str, Any] = {"calibration": first.calibration}
         if first.heads is not None:  # passed only when there are some: zero-shot calls stay as they were
             options["heads"] = first.heads
+        options["checkpoint"] = functools.partial(self._checkpoint, batch)
         loop = asyncio.get_running_loop()
         began = self._busy_since = time.perf_counter()
         try:
             return await loop.run_in_executor(
                 self._model_thread, lambda: self.engine.decide_each(first.target, payloads, **options)
             )
+        except Stopped as stopped:
+            self.metrics.stopped.labels(phase=stopped.phase).inc()
+            return stopped
         except Exception as error:  # noqa: BLE001 - a failed call fails its inputs, never the server
             return error
         finally:
@@ -274,3 +343,17 @@ class MicroBatcher:
             self.metrics.batch_size.observe(len(batch))
             self.metrics.batch_tokens.observe(sum(item.cost for item in batch))
             self.metrics.pass_seconds.observe(elapsed)
+
+    def _checkpoint(self, batch: list[_Waiting], phase: str) -> None:
+        """The engine's checkpoint for one call (on the model thread): stop once every input of the call is
+        abandoned and, for the rubric's preparation (`head`, `prior`), once no other request waits for it."""
+        if not all(item.abandoned for item in batch):
+            return
+        if phase != "pass" and self.awaited(batch[0].target):
+            return  # a request still waits for this rubric: its head and prior are worth finishing
+        raise Stopped(phase)
+
+
+def preparation_key(target: Any) -> Hashable:
+    """What a rubric's preparation is shared by: its content key (the target itself where it has none)."""
+    return getattr(target, "key", target)

@@ -24,6 +24,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+STOP_PHASES = ("convert", "compile", "admit", "head", "prior", "pass")
+"""Where work nobody waits for stops: a request's steps on the helper threads, then the model thread's."""
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
@@ -70,6 +72,14 @@ class Metrics:
             "decisionflow_cancelled", "Inputs dropped before their answer: the client went away or the request timed out.",
             registry=self.registry,
         )
+        self.stopped = Counter(
+            "decisionflow_stopped", "Work stopped because no request waited for it any more (its client left or its "
+            "deadline passed), by the step it stopped before: convert, compile, admit (a request's own steps on the "
+            "helper threads), head, prior, pass (the model thread's head prefill, content-free reading, forward pass).",
+            ["phase"], registry=self.registry,
+        )
+        for phase in STOP_PHASES:
+            self.stopped.labels(phase=phase)
         self.question_sets = Counter(
             "decisionflow_question_set_cache", "/v1/systemone question sets looked up in the built-rubric cache, by result.",
             ["result"], registry=self.registry,

@@ -51,9 +51,12 @@ class Limits:
     body_timeout_s: float = 30.0
     """A body not fully received this long after the request began is refused (408) and the connection closed:
     a client sending one byte at a time cannot hold a request open."""
-    request_timeout_s: float | None = None
-    """A request not answered this long after it arrived is answered 504; its inputs leave the queue if the
-    model has not started on them. None: no deadline."""
+    request_timeout_s: float | None = 60.0
+    """A request not answered this long after it arrived is answered 504, and the work done for it stops: its
+    inputs leave the queue, its steps on the helper threads end at the next one, and a model call that no
+    live request waits for ends at its next checkpoint (a rubric's preparation only once no request waits for
+    that rubric). 60 s is several times the slowest request that fits the other limits on the bundled model
+    on 2 CPU cores (a new 32-question set's first request; docs/serving.md, "Timeouts"). None: no deadline."""
 
 
 def body_limit_for(engine: object, limits: Limits) -> int:

@@ -23,7 +23,7 @@ class RecordingEngine:
         self.release.set()
         self.started = threading.Event()
 
-    def decide_each(self, target, payloads, calibration=None):
+    def decide_each(self, target, payloads, calibration=None, checkpoint=None):
         self.started.set()
         self.release.wait(10)
         self.calls.append((target, list(payloads)))
