@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from ..compiler import Catalog, CompiledRubric, ReadMode, TokenizerView, compile_rubric
+from ..compiler import Catalog, CompiledRubric, ReadMode, TokenizerView, compile_independent, compile_rubric
 from ..errors import CalibrationError
-from ..spec.plan import Plan, make_plan
+from ..spec.kinds import Reading
+from ..spec.plan import Plan, make_plan, split_by_tokens
 from ..spec.rubric import Rubric
 from .backend import HeadCache, TransformersBackend
 from .calibration import Calibration
@@ -39,6 +40,9 @@ from .heads import Heads
 from .result import Decision
 
 PreparedKey = tuple[str, str, str, bool | None]
+INDEPENDENT_ROW_TOKENS = 4096
+"""Tokens of rows one request's pass carries when its fields are independent questions (each row holds its
+question): a larger question set is read in several passes, each seeing the input only."""
 Checkpoint = Callable[[str], None]
 """Called with the phase about to begin (`head`: the head prefill; `prior`: the content-free reading; `pass`:
 a forward pass of the inputs); raising stops the work there, and the exception reaches the caller."""
@@ -153,7 +157,7 @@ class PreparedRubrics:
     def head_bytes(self) -> int:
         """Bytes of the head KV caches held across prepared rubrics."""
         with self._lock:
-            return sum(p.head_bytes for p in self._entries.values())
+            return _distinct_head_bytes(self._entries.values())
 
     @property
     def store(self) -> HeadStore | None:
@@ -175,8 +179,17 @@ class PreparedRubrics:
 
     def compile(self, rubric: Rubric) -> CompiledRubric:
         """The rubric compiled as `get` compiles it, without keeping it (no cache entry, no count)."""
+        if rubric.reading is Reading.INDEPENDENT:
+            return compile_independent(self.view.tokenizer, rubric, mode=self.mode, view=self.view, catalog=self.catalog)
         return compile_rubric(self.view.tokenizer, rubric, mode=self.mode, view=self.view, catalog=self.catalog,
                               pin_first=self.pin_first)
+
+    def plan(self, rubric: Rubric, compiled: CompiledRubric) -> Plan:
+        """The rubric's rounds; independent questions are cut into passes by their rows' tokens."""
+        plan = make_plan(rubric, pin_first=self.pin_first)
+        if rubric.reading is Reading.INDEPENDENT:
+            plan = split_by_tokens(plan, {name: f.row_length for name, f in compiled.fields.items()}, INDEPENDENT_ROW_TOKENS)
+        return plan
 
     def get(self, rubric: Rubric, *, check: Callable[[PreparedRubric], None] | None = None) -> PreparedRubric:
         """The rubric compiled and planned (its head comes with `ensure_head`). `check` sees a newly
@@ -190,7 +203,7 @@ class PreparedRubrics:
                 return prepared
         began = time.perf_counter()
         compiled = self.compile(rubric)
-        plan = make_plan(rubric, pin_first=self.pin_first)
+        plan = self.plan(rubric, compiled)
         compile_ms = (time.perf_counter() - began) * 1000
         made = PreparedRubric(compiled, plan, compile_ms=compile_ms)
         if check is not None:
@@ -214,9 +227,12 @@ class PreparedRubrics:
                 return
             began = time.perf_counter()
             tokens = prepared.compiled.head_tokens
+            head = self._head_held(tokens)
             store = self.store
-            head = store.load(tokens, layers=self.backend.layer_count, device=self.backend.device) if store else None
-            prepared.head_source = "disk" if head is not None else "prefill"
+            prepared.head_source = "memory"
+            if head is None:
+                head = store.load(tokens, layers=self.backend.layer_count, device=self.backend.device) if store else None
+                prepared.head_source = "disk" if head is not None else "prefill"
             if head is None:
                 if checkpoint is not None:
                     checkpoint("head")
@@ -228,14 +244,21 @@ class PreparedRubrics:
         with self._lock:
             if prepared.head_source == "disk":
                 self.counts.heads_loaded += 1
-            else:
+            elif prepared.head_source == "prefill":
                 self.counts.heads_prefilled += 1
             self._evict(keep=next((k for k, p in self._entries.items() if p is prepared), None))
+
+    def _head_held(self, tokens: tuple[int, ...]) -> HeadCache | None:
+        """A head cache another prepared rubric holds for the same tokens (every independent question set
+        with the same instructions has one head): shared, not computed or loaded again."""
+        with self._lock:
+            return next((p.head for p in self._entries.values() if p.head is not None and p.compiled.head_tokens == tokens),
+                        None)
 
     def _evict(self, *, keep: Any) -> None:
         """Drop least recently used rubrics beyond the count and head-byte budgets (caller holds the lock)."""
         def over() -> bool:
-            heads = sum(p.head_bytes for p in self._entries.values())
+            heads = _distinct_head_bytes(self._entries.values())
             return len(self._entries) > self.max_prepared or heads > self.max_head_bytes
 
         for key in list(self._entries):
@@ -331,3 +354,8 @@ class PreparedRubrics:
     def prior_identity(self, rubric: Rubric) -> dict[str, Any]:
         """What a rubric's content-free priors depend on besides its head, the model and the dtype."""
         return {"inputs": list(CONTENT_FREE_INPUTS), "prepared": list(self.key(rubric))}
+
+
+def _distinct_head_bytes(entries: Any) -> int:
+    """Bytes of the head caches held, a cache shared by several rubrics counted once."""
+    return sum({id(p.head): p.head_bytes for p in entries if p.head is not None}.values())
