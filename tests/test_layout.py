@@ -1,6 +1,6 @@
 """The package's layout holds: each step imports only the steps before it, and no import cycle exists.
 
-spec → compiler → runtime → (fitting | batch | baselines) → (quality | bench | serve | scale) → cli; `errors`,
+spec → compiler → runtime → (fitting | batch | baselines) → (quality | bench | serve | scale | integrations) → cli; `errors`,
 `paths` and `records` are below everything;
 nothing imports `cli`; the kernels import only torch and triton. Imports are read from the source
 (ast), lazy ones inside functions included, so a shortcut taken in a function body is caught too.
@@ -36,6 +36,7 @@ ALLOWED = {
     "bench": {*ENGINE, "baselines"},
     "serve": ENGINE,
     "scale": {*ENGINE, "batch"},
+    "integrations": ENGINE,  # the engine behind other frameworks' interfaces (LangChain's decision models)
     "cli": {*ENGINE, "fitting", "batch", "baselines", "quality", "bench", "serve", "scale"},
     "": {"errors", "spec", "runtime", "fitting"},  # decisionflow/__init__.py: the public names, the engine and fitting lazily
 }
