@@ -23,7 +23,7 @@ How a request becomes a decision:
 - the state is read as `compiler.inputs.render_input` reads any input: a string, a JSON object or array
   (LangChain messages inside it written as `{role, content}` objects), or a conversation (a message, or a
   list of LangChain messages or `{role, content}` objects), told as a transcript. A message's text is its
-  text parts joined as LangChain's `message.text` joins them, and an AI message's tool calls are written
+  text parts joined as LangChain's `message.text` joins them, and its tool calls are written
   after it. The engine reads text only: an image, audio, video or file block anywhere in the state, or a
   message part of any other kind, is refused naming where it is, since judging a message without its
   image would be judging another message;
@@ -129,14 +129,23 @@ def _message(message: Any, where: str) -> dict[str, Any]:
         content = message["content"]
         if isinstance(content, str) or not _is_sequence(content):
             return dict(message)  # render_input checks what it holds
-        return {**message, "content": _parts_text(content, where, "")}
-    what = f" ({message.type} message)"
-    text = _parts_text(message.content, where, what) if not isinstance(message.content, str) else message.content
-    if isinstance(message, AIMessage) and message.tool_calls:
-        calls = "\n".join("tool call: " + json.dumps({"name": call["name"], "args": call["args"]}, ensure_ascii=False)
-                          for call in message.tool_calls)
-        text = f"{text}\n{calls}" if text.strip() else calls
-    return {"role": _role(message), "content": text}
+        return {**message, "content": _with_calls(*_parts_text(content, where, ""))}
+    if isinstance(message.content, str):
+        text, calls = message.content, []
+    else:
+        text, calls = _parts_text(message.content, where, f" ({message.type} message)")
+    if isinstance(message, AIMessage) and not calls:
+        # LangChain keeps an AI message's tool calls in `tool_calls`, and in its content parts as well when
+        # they are standard blocks: written from the parts when there are some, else from the attribute.
+        calls = list(message.tool_calls)
+    return {"role": _role(message), "content": _with_calls(text, calls)}
+
+
+def _with_calls(text: str, calls: list[Any]) -> str:
+    """A message's text, then its tool calls, one `tool call: {"name": ..., "args": ...}` line each."""
+    lines = ["tool call: " + json.dumps({"name": call.get("name"), "args": call.get("args", {})}, ensure_ascii=False)
+             for call in calls]
+    return "\n".join(([text] if text.strip() else []) + lines)
 
 
 def _role(message: BaseMessage) -> str:
@@ -153,9 +162,11 @@ def _role(message: BaseMessage) -> str:
     return message.type
 
 
-def _parts_text(parts: Sequence[Any], where: str, what: str) -> str:
-    """A message's text parts joined as `BaseMessage.text` joins them; any other part refused by index."""
+def _parts_text(parts: Sequence[Any], where: str, what: str) -> tuple[str, list[Any]]:
+    """A message's text parts joined as `BaseMessage.text` joins them, and its tool-call parts; any other
+    part refused by its index."""
     texts: list[str] = []
+    calls: list[Any] = []
     for index, part in enumerate(parts):
         if isinstance(part, str):
             texts.append(part)
@@ -163,13 +174,13 @@ def _parts_text(parts: Sequence[Any], where: str, what: str) -> str:
         kind = part.get("type") if isinstance(part, Mapping) else None
         if kind in _TEXT_BLOCKS and isinstance(part.get("text"), str):
             texts.append(part["text"])
-        elif kind == "tool_call":
-            continue  # LangChain's own copy of an AI message's `tool_calls`, written from there
+        elif kind == "tool_call" and isinstance(part.get("name"), str):
+            calls.append(part)
         else:
             got = f"a block of type {kind!r}" if isinstance(kind, str) else shown(part, 40)
             raise InputError(f"{where}{what}, content part {index}: {got}; decisionflow reads a message's text "
-                             "parts only (no images, audio, video, files or other blocks)")
-    return "".join(texts)
+                             "parts and tool calls only (no images, audio, video, files or other blocks)")
+    return "".join(texts), calls
 
 
 def _json_value(value: Any, where: str, depth: int, count: list[int]) -> Any:

@@ -225,7 +225,7 @@ def test_every_problem_of_a_question_set_is_reported_at_once():
 @pytest.mark.parametrize(("state", "says"), [
     ([HumanMessage("Look at this."), HumanMessage(content=[{"type": "text", "text": "My card:"},
                                                            {"type": "image", "url": "https://example.com/card.png"}])],
-     "state[1] (human message), content part 1: a block of type 'image'; decisionflow reads a message's text parts only"),
+     "state[1] (human message), content part 1: a block of type 'image'; decisionflow reads a message's text parts and tool calls only"),
     (HumanMessage(content=["Hear this", {"type": "audio", "base64": "AAAA", "mime_type": "audio/wav"}]),
      "state (human message), content part 1: a block of type 'audio'"),
     ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}],
@@ -265,6 +265,11 @@ def test_langchain_messages_become_role_and_content():
         {"role": "supervisor", "content": "Close the ticket."},
     ]
     assert state[1].text == decision_input(state)[1]["content"]  # parts joined as LangChain joins them
+    # Tool calls given as standard content parts are written from there, once.
+    blocks = AIMessage(content=[{"type": "text", "text": "Checking."},
+                                {"type": "tool_call", "id": "call_2", "name": "lookup_order", "args": {"order": 7}}])
+    assert decision_input([blocks]) == [
+        {"role": "assistant", "content": 'Checking.\ntool call: {"name": "lookup_order", "args": {"order": 7}}'}]
     assert decision_input(HumanMessage("Hi")) == [{"role": "user", "content": "Hi"}]
     assert decision_input(TICKET) == TICKET
 
