@@ -248,6 +248,7 @@ def decision(
     catalog: str | None = None,
     examples: typing.Sequence[typing.Any] = (),
     max_input_tokens: int | None = None,
+    reading: str = "shared",
 ) -> typing.Callable[[ModelT], ModelT]: ...
 def decision(
     cls: ModelT | None = None,
@@ -262,6 +263,7 @@ def decision(
     catalog: str | None = None,
     examples: typing.Sequence[typing.Any] = (),
     max_input_tokens: int | None = None,
+    reading: str = "shared",
 ) -> Any:
     """Mark a pydantic class as a decision; usable as `@decision` or `@decision(...)`.
 
@@ -269,6 +271,8 @@ def decision(
     `examples`: in-context examples written into the prompt before every input, each a pair
     `(text, {field: answer})` or a mapping `{"text": ..., "answers": {...}}`.
     `max_input_tokens`: the model reads at most this many tokens of each input (a longer one is cut).
+    `reading`: `shared` (one prompt lists every field, read in rounds) or `independent` (each field a
+    question of its own after the input, whose answer does not depend on the other fields).
     Raises `RubricError` naming the class and field when the declaration is not a valid rubric.
     """
 
@@ -284,6 +288,7 @@ def decision(
             catalog=catalog,
             examples=examples,
             max_input_tokens=max_input_tokens,
+            reading=reading,
         )
         setattr(model, _RUBRIC_ATTR, rubric)
         return model
@@ -385,7 +390,7 @@ def source_of(model: type) -> str:
 
 
 def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, max_fields_per_pass, debias=None, catalog=None,
-                  examples=(), max_input_tokens=None) -> Rubric:
+                  examples=(), max_input_tokens=None, reading="shared") -> Rubric:
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise TypeError(f"@decision expects a pydantic BaseModel subclass, got {model!r}")
     source = source_of(model)
@@ -414,6 +419,7 @@ def _build_rubric(model: Any, *, name, instructions, answer_format, pin_first, m
         "fields": fields,
         "examples": [] if bad_examples or misshapen else [_example_data(example) for example in examples],
         "max_input_tokens": max_input_tokens,
+        "reading": reading,
     }
     if bad_examples:
         problems.append(problem(source, "examples", bad_examples))

@@ -4,12 +4,16 @@ the whole conversation would be; new question sets share one head."""
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 import pytest
+from pydantic import BaseModel
 
 from decisionflow.compiler import compile_independent
 from decisionflow.compiler.independent import render_independent
 from decisionflow.errors import RubricError
 from decisionflow.runtime.engine import Engine
+from decisionflow.spec.declare import ask, decision
 from decisionflow.spec.plan import make_plan, split_by_tokens
 from decisionflow.spec.rubric import Rubric
 from decisionflow.spec.yaml_rubric import dump_rubric, loads_rubric
@@ -130,3 +134,20 @@ def test_the_reading_is_written_in_yaml_and_read_back():
     assert "reading: independent" in dump_rubric(rubric)
     assert loads_rubric(dump_rubric(rubric)) == rubric
     assert "reading" not in dump_rubric(Rubric(name="r", fields={"a": {"kind": "boolean", "question": "A"}}))
+
+
+@decision(reading="independent", instructions="Triage one support ticket.")
+class Questions(BaseModel):
+    refund: Annotated[bool, ask("Whether the customer asks for money back")]
+    team: Annotated[Literal["billing", "shipping", "returns"], ask("Which team handles it")]
+
+
+def test_a_decorated_class_reads_its_fields_independently_priors_included(engine: Engine):
+    """The engine's default correction divides by each field's content-free prior: read per question too."""
+    decided = engine.decide(Questions, TICKET)
+    assert isinstance(decided.value, Questions)
+    assert decided.fields["team"].debias == "content_free_half"
+    alone = Rubric(name="questions", reading="independent", instructions="Triage one support ticket.",
+                   fields={"team": {"kind": "choice", "question": "Which team handles it",
+                                    "options": ["billing", "shipping", "returns"]}})
+    assert gap(engine.decide(alone, TICKET), decided, ["team"]) < 1e-4
