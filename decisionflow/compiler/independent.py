@@ -3,29 +3,34 @@
 A rubric read the shared way (`compiled.compile_rubric`) lists every field in its system turn and reads
 them as keys of one JSON object, so a field's distribution depends on which other fields are asked
 beside it. A question-set format that promises independence (`/v1/decisions`, `/v1/systemone`) is
-read instead as one short conversation per question, all after one input:
+read instead as one question per row, every row after the same input:
 
-    system     the rubric's instructions and the preamble (no catalog)                    } head: cached
-    user       Input: <the input>                                                         } once per model
-    assistant  <acknowledgement>                                                          } per request
-    user       the question, with its allowed answers      } per question: the row's lead,
-    assistant  {"key": <answer>                            } then the answer trie
+    system     the rubric's instructions and the preamble (no question)     } head: cached, shared by every
+    user       Input:                                                       } question set
+               <the input>                                                  } per request
+               Question:                                                    }
+               "key": the question. Allowed: a | b (and descriptions)       } per question: the row's lead,
+    assistant  {"key": <answer>                                             } then its answer trie
 
-The head does not name any question, so every question set shares it; the request's tokens end with
-the acknowledgement's turn; each question's turn, its answer opener and its answer trie are one row
-that sees the head, the input and itself only. Nothing is written after an answer, so no row ever reads
-another question: a question's distribution is the same alone, among others, in any order (up to the
-number format's rounding: the rows of one pass are summed in a different order).
+The head names no question, so every question set with the same instructions shares it; the request's
+tokens end with `Question:`; each question's text, the end of the user turn, the answer opener and the
+answer trie are one row that sees the head, the input and itself only. Nothing is written after an
+answer, so no row ever reads another question: a question's distribution is the same alone, among
+others, in any order (up to the number format's rounding: a pass sums its rows in another order).
 
-The seam between the acknowledgement and a question's turn is where the chat template starts a new
-turn: a special token in every template probed (ChatML, Llama 3, Gemma, Mistral), so the question's
-tokens do not depend on the input. Answer lines are tokenised after the text that follows the row's
-last special token, which makes compiling a new question set cost little whatever the questions' length.
+The seam between `Question:` and a question's text (` "key": ...`) is a boundary no tokenizer merge
+crosses in the vocabularies probed (SmolLM2, Qwen2.5): punctuation, then a space and a quote. It is
+checked when a rubric is compiled, after inputs that end in the ways that move seams (a space, a
+newline, a quote, a multi-byte character); where it is not a boundary the question gets a user turn of
+its own after the input's (`TURNS`), whose seam is the template's turn marker, a special token. The
+inline layout reads better: measured on the development sets, docs/engine.md, "Independent questions".
+Answer lines are tokenised after the text that follows the row's last special token, so compiling a new
+question set costs little whatever the questions' length.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import CompileError, ModelError
@@ -37,12 +42,15 @@ from .tokens import TokenizerView
 from .trie import CompiledField, ReadMode, TrieNode, compile_field
 
 PREAMBLE = (
-    "You answer questions about an input. The user gives the input, then asks one question about it. "
-    "Answer with a JSON object holding only the key the question names, its value copied exactly from "
-    "that key's allowed options."
+    "Read the input and fill in a JSON object with exactly the key the question names. Its value must be "
+    "copied exactly from that key's allowed options."
 )
+SEPARATOR = "\n\nQuestion:"
+"""Ends a request's tokens in the inline layout; each question's row begins right after it."""
 ACKNOWLEDGEMENT = "I have read the input."
-QUESTION_LEAD = "Fill in this key:\n"
+"""The assistant's turn between the input's turn and a question's own, in the turns layout."""
+SEAM_PROBES = ("x", "x.", "x ", "x\n", "x\n\n", 'x"', "x:", "\u65e5\u672c", "\U0001F600")
+"""Input endings the inline seam is checked after: a space, a newline, a quote, multi-byte characters."""
 
 _INPUT = "\u2063INPUT\u2063"
 _QUESTION = "\u2063QUESTION\u2063"
@@ -55,20 +63,44 @@ def system_text(rubric: Rubric) -> str:
     return "\n\n".join(parts)
 
 
-def question_text(spec: FieldSpec, rubric: Rubric, catalog: Catalog) -> str:
-    """A question's turn: the key, its question and its allowed answers, as a shared catalog lists them."""
-    return QUESTION_LEAD + catalog_entry(spec, rubric.answer_format, rubric.catalog or catalog)
+@dataclass(frozen=True)
+class QuestionLayout:
+    """Where a question goes after the input: inside the input's user turn, or in a turn of its own."""
+
+    name: str
+    question_prefix: str
+    """Written before a question's catalog entry (its key, question and allowed answers)."""
 
 
-def render_independent(tokenizer: Any, rubric: Rubric) -> tuple[PromptParts, str]:
-    """The prompt split for independent reading: (head and request tail, the question turn's template).
+INLINE = QuestionLayout("inline", " ")
+TURNS = QuestionLayout("turns", "Fill in this key:\n- ")
+
+
+def question_text(spec: FieldSpec, rubric: Rubric, catalog: Catalog, layout: QuestionLayout = INLINE) -> str:
+    """A question as its row writes it: its key, its question and its allowed answers, as a shared catalog
+    lists them."""
+    return layout.question_prefix + catalog_entry(spec, rubric.answer_format, rubric.catalog or catalog).removeprefix("- ")
+
+
+def render_independent(tokenizer: Any, rubric: Rubric, layout: QuestionLayout = INLINE) -> tuple[PromptParts, str]:
+    """The prompt split for independent reading: (the head and the request's tail, the question's template).
 
     The template holds `_QUESTION` where a question's text goes and ends with `_OPEN`, where the answer
     object opens."""
     if not getattr(tokenizer, "chat_template", None):
         raise ModelError("the tokenizer has no chat template; decisionflow needs an instruction-tuned chat model")
-    before = [{"role": "system", "content": system_text(rubric)}, {"role": "user", "content": "Input:\n" + _INPUT},
-              {"role": "assistant", "content": ACKNOWLEDGEMENT}]
+    system = {"role": "system", "content": system_text(rubric)}
+    if layout is INLINE:
+        messages = [system, {"role": "user", "content": "Input:\n" + _INPUT + SEPARATOR + _QUESTION},
+                    {"role": "assistant", "content": _OPEN}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, continue_final_message=True, **_TEMPLATE_ARGS)
+        if text.count(_INPUT) != 1 or text.count(_QUESTION) != 1 or not text.endswith(_OPEN):
+            raise ModelError("the chat template did not render the conversation as expected (input, question or "
+                             "assistant turn missing)")
+        head, rest = text.split(_INPUT)
+        tail, template = rest.split(_QUESTION)
+        return PromptParts(head=head, tail=tail, before_input=(system,)), _QUESTION + template
+    before = [system, {"role": "user", "content": "Input:\n" + _INPUT}, {"role": "assistant", "content": ACKNOWLEDGEMENT}]
     read = tokenizer.apply_chat_template(before, tokenize=False, **_TEMPLATE_ARGS)
     asked = tokenizer.apply_chat_template(
         [*before, {"role": "user", "content": _QUESTION}, {"role": "assistant", "content": _OPEN}],
@@ -79,8 +111,19 @@ def render_independent(tokenizer: Any, rubric: Rubric) -> tuple[PromptParts, str
         raise ModelError("the chat template did not render a conversation of separate turns as expected "
                          "(the input, an answer, then a question): independent questions cannot be read with it")
     head, tail = read.split(_INPUT)
-    parts = PromptParts(head=head, tail=tail, before_input=tuple(before[:1]))
-    return parts, asked[len(read):]
+    return PromptParts(head=head, tail=tail, before_input=(system,)), asked[len(read):]
+
+
+def question_layout(view: TokenizerView, rubric: Rubric) -> QuestionLayout:
+    """INLINE where its seam is a token boundary after every probed input ending, else TURNS."""
+    parts, template = render_independent(view.tokenizer, rubric, INLINE)
+    row = template.replace(_QUESTION, ' "key": A question.').removesuffix(_OPEN)
+    for ending in SEAM_PROBES:
+        before = view.encode(ending + parts.tail)
+        after = view.suffix_after(view.encode(parts.tail), parts.tail, row)
+        if after is None or view.encode(ending + parts.tail + row) != before + after:
+            return TURNS
+    return INLINE
 
 
 def compile_independent(
@@ -89,13 +132,14 @@ def compile_independent(
 ) -> CompiledRubric:
     """Compile `rubric` for independent reading (see the module): each asked field a row of its own."""
     view = view or TokenizerView(tokenizer)
-    parts, template = render_independent(tokenizer, rubric)
+    chosen = question_layout(view, rubric)
+    parts, template = render_independent(tokenizer, rubric, chosen)
     turn = template[: -len(_OPEN)]
     tail_ids = view.encode(parts.tail)
     special = frozenset(getattr(tokenizer, "all_special_ids", ()))
 
     def question_parts(layout: Layout) -> PromptParts:
-        return replace(parts, tail=_after_last_special(view, special, turn.replace(_QUESTION, "Fill in this key.")
+        return replace(parts, tail=_after_last_special(view, special, turn.replace(_QUESTION, " A question.")
                                                        + layout.opener)[1])
 
     layout = probe_layout(view, question_parts)
@@ -103,10 +147,10 @@ def compile_independent(
     for spec in rubric:
         if spec.derive is not None:
             continue
-        lead_text = turn.replace(_QUESTION, question_text(spec, rubric, catalog)) + layout.opener
+        lead_text = turn.replace(_QUESTION, question_text(spec, rubric, catalog, chosen)) + layout.opener
         lead = view.suffix_after(tail_ids, parts.tail, lead_text)
         if lead is None:
-            raise CompileError(f"fields.{spec.name}: the question's turn merges with the text before it in this "
+            raise CompileError(f"fields.{spec.name}: the question merges with the text before it in this "
                                "tokenizer; it cannot be read as a question of its own")
         anchor_ids, anchor = _after_last_special(view, special, lead_text)
         compiled = compile_field(view, spec, layout=layout, anchor=anchor, anchor_ids=anchor_ids,

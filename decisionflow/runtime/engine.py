@@ -24,12 +24,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ..compiler import DEFAULT_CATALOG, Catalog, CompiledRubric, ReadMode, TokenizerView
 from ..errors import DecisionflowError, InputError, ModelError, ResultError
 from ..spec.declare import rubric_of, typed_model
+from ..spec.kinds import Reading
 from ..spec.plan import Plan
 from ..spec.rubric import Rubric
 from .backend import DECODER_PATH, TransformersBackend
 from .calibration import Calibration
-from .debias import Debias
-from .executor import RequestState, check_fits, execute
+from .debias import CONTENT_FREE_INPUTS, Debias, Priors
+from .executor import FreeReading, RequestState, check_fits, execute
 from .head_store import DEFAULT_MAX_BYTES, HeadStore, model_fingerprint, weights_fingerprint
 from .heads import Heads, prompt_fingerprint
 from .loading import LoadedModel, Status, cache_root, load_model
@@ -38,6 +39,8 @@ from .prepared import Checkpoint, PreparedRubrics
 from .result import Decision, Stats
 
 Progress = Callable[[int, int], None]
+_HEAD_TIMING = {"prefill": "head_prefill", "disk": "head_load", "memory": "head_shared", "": "head_prefill"}
+"""The timing a request that prepared its rubric reports for the head, by where the head came from."""
 
 
 @dataclass(frozen=True)
@@ -301,7 +304,10 @@ class Engine:
             calibration.check_readouts(heads.fitted_fields if heads is not None else ())
         model_cls = typed_model(target)
         prepared = self.prepared.get(rubric)
-        priors = self.prepared.priors(prepared, rubric, debias, calibration, heads, checkpoint=checkpoint)
+        # Independent questions read nothing but the input: a prior they lack is read in their own first pass.
+        pending: dict[str, Debias] | None = {} if rubric.reading is Reading.INDEPENDENT and not internal else None
+        priors = self.prepared.priors(prepared, rubric, debias, calibration, heads, checkpoint=checkpoint,
+                                      pending=pending)
         outcomes: list[Decision | DecisionflowError | None] = [None] * len(payloads)
         tokens = self._admit(prepared.compiled, payloads, outcomes, fail_fast=fail_fast)
         admitted = [i for i, t in enumerate(tokens) if t is not None]
@@ -317,17 +323,28 @@ class Engine:
             states = [RequestState(input_tokens=tokens[i], forced=dict(forced[i]) if forced else {},  # type: ignore[arg-type]
                                    words=heads.words(payloads[i]) if heads is not None else None)
                       for i in indexes]
+            free = None
+            if pending:
+                free = FreeReading(len(CONTENT_FREE_INPUTS), pending)
+                states = [RequestState(input_tokens=prepared.compiled.request_tokens(text)) for text in CONTENT_FREE_INPUTS] + states
             pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states, calibration,  # type: ignore[arg-type]
-                              priors, heads, capture, capture_means, checkpoint=checkpoint)
+                              priors, heads, capture, capture_means, checkpoint=checkpoint, free=free)
+            if free is not None:
+                states = states[free.requests:]
+                self.prepared.keep_content_free(prepared, rubric, free.priors)
+                priors = Priors({**(priors.fields if priors is not None else {}),
+                                 **{name: (method, free.priors[name]) for name, method in pending.items() if name in free.priors}})
+                pending = None
             if captured is not None:
                 for index, state in zip(indexes, states):
                     captured[index] = state.captured
             # A request that reports the rubric's preparation (compile, head, prior) counts it in its total.
             preparation = {} if head_hit else {
                 "compile": prepared.compile_ms,
-                f"head_{'load' if prepared.head_source == 'disk' else 'prefill'}": prepared.head_ms,
+                _HEAD_TIMING[prepared.head_source]: prepared.head_ms,
+                # A prior read in the request's own pass costs no time of its own.
                 **({f"prior_{'load' if prepared.prior_source == 'disk' else 'read'}": prepared.prior_ms}
-                   if prepared.prior_source else {}),
+                   if prepared.prior_source not in ("", "pass") else {}),
             }
             total_ms = (time.perf_counter() - began) * 1000 + sum(preparation.values())
             for index, state in zip(indexes, states):

@@ -45,7 +45,7 @@ from ..spec.plan import Plan, Round
 from ..spec.rubric import FieldKind, FieldSpec, Value, label_of
 from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
 from .calibration import Calibration
-from .debias import Debias, Priors
+from .debias import Debias, Priors, mean_distribution
 from .derive import Joint, derive_field
 from .forward import Pool
 from .heads import Heads
@@ -168,6 +168,7 @@ def execute(
     capture_means: Sequence[int] = (),
     *,
     checkpoint: Callable[[str], None] | None = None,
+    free: FreeReading | None = None,
 ) -> float:
     """Decide every field of every request in place; return the milliseconds spent in passes.
 
@@ -176,7 +177,9 @@ def execute(
     thresholds (the candidate mass it judges stays the raw one). `capture`: hidden layers to keep per
     field read in `RequestState.captured` (for fitting heads); `capture_means`: layers whose mean over
     the input's positions goes with them. `checkpoint("pass")` is asked before each pass: what it raises
-    stops the requests there (their states are then half decided, for the caller to drop).
+    stops the requests there (their states are then half decided, for the caller to drop). `free`: the
+    first `free.requests` requests are content-free inputs whose raw readings, taken in the same passes,
+    are the content-free prior of `free.methods`' fields for the others (see `FreeReading`).
     """
     spent = 0.0
     mean_layers = tuple(dict.fromkeys([*(heads.mean_layers if heads is not None else ()), *capture_means]))
@@ -201,10 +204,44 @@ def execute(
         spent += (time.perf_counter() - began) * 1000
         by_read = _keep_features(out.features, out.means, read_layers, averaged, mean_layers)
         readings = read_fields(out.logprobs, rows, out.gathered)
+        skip = 0
+        if free is not None:
+            priors = free.read(reads, readings, priors)
+            skip = free.requests
         read_round(compiled, round_, requests, reads, readings, calibration, priors, heads, by_read, capture,
-                   capture_means)
+                   capture_means, skip_requests=skip)
         settle_derived(compiled, plan, requests, round_.index)
     return spent
+
+
+@dataclass
+class FreeReading:
+    """Content-free inputs read in the same passes as the requests they correct, for a rubric whose fields
+    read nothing but the input (independent questions): the prior a field's reading is divided by is the
+    mean of its raw readings of the content-free inputs, known as soon as the pass that reads the field is
+    done, so a new question set costs no pass of its own for it. The first `requests` requests of the
+    pass are the content-free ones; they are read, never answered."""
+
+    requests: int
+    methods: dict[str, Debias]
+    """The fields whose prior is read here, with the correction each asks for."""
+    priors: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    """What was read: per field, its mean raw distribution over the content-free inputs."""
+
+    def read(self, reads: list[Read], readings: list[FieldReading], given: Priors | None) -> Priors | None:
+        """`given` with the priors of the fields this pass read for the content-free inputs added."""
+        seen: dict[str, list[tuple[float, ...]]] = {}
+        for read, reading in zip(reads, readings):
+            if read.request < self.requests and read.field in self.methods:
+                seen.setdefault(read.field, []).append(tuple(reading.probabilities))
+        for name, distributions in seen.items():
+            prior = mean_distribution(distributions)
+            if prior is not None:
+                self.priors[name] = prior
+        found = {name: (self.methods[name], prior) for name, prior in self.priors.items()}
+        if not found:
+            return given
+        return Priors({**(given.fields if given is not None else {}), **found})
 
 
 def _keep_features(features: torch.Tensor | None, means: torch.Tensor | None, read_layers: Sequence[int],
@@ -378,15 +415,18 @@ def read_round(
     features: LayerFeatures | None = None,
     capture: Sequence[int] = (),
     capture_means: Sequence[int] = (),
+    *,
+    skip_requests: int = 0,
 ) -> None:
     """Turn a pass's readings (one per read) into each field's result, and queue each answer's line for
-    the next pass.
+    the next pass. The first `skip_requests` requests are content-free inputs (`FreeReading`): not answered.
 
     A field in a request's `forced` answers has that label's line written (and conditions later fields)
     whatever the model answered; its result stays the model's own."""
     grouped: dict[tuple[int, str], list[tuple[Read, FieldReading, int]]] = {}
     for index, (read, reading) in enumerate(zip(reads, readings)):
-        grouped.setdefault((read.request, read.field), []).append((read, reading, index))
+        if read.request >= skip_requests:
+            grouped.setdefault((read.request, read.field), []).append((read, reading, index))
     decided: dict[int, dict[str, str]] = {}
     for (r, name), group in grouped.items():
         state = requests[r]

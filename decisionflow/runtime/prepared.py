@@ -64,7 +64,8 @@ class PreparedRubric:
     """Per field, its mean distribution over content-free inputs (the contextual-calibration prior)."""
     prior_ms: float = 0.0
     prior_source: str = ""
-    """How the content-free prior was obtained: `decided` (the content-free inputs were read) or `disk`."""
+    """How the content-free prior was obtained: `decided` (the content-free inputs were read apart), `pass`
+    (read in a request's own pass, beside its input: independent questions) or `disk`."""
     preparation_reported: bool = False
     """Whether a request has already reported what preparing the rubric cost (compile, head, prior)."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -273,13 +274,16 @@ class PreparedRubrics:
     def priors(
         self, prepared: PreparedRubric, rubric: Rubric, call: Debias | str | None, calibration: Calibration | None,
         heads: Heads | None = None, *, checkpoint: Checkpoint | None = None,
+        pending: dict[str, Debias] | None = None,
     ) -> Priors | None:
         """The prior each field is divided by. Per field the method is the one its fitted head was fitted
         under (its features include the corrected readout), else the call's, else the one the
         calibration was fitted under, else the field's, else the rubric's, else the engine's: content-free
         priors are estimated once per rubric; domain priors come from the calibration file (refused when
         it has none for that field). `checkpoint` is asked before the head prefill and the content-free reading
-        a first call may need."""
+        a first call may need. `pending`, when given, receives the fields whose content-free prior is neither
+        held nor stored (field -> correction) instead of that prior being read here: the caller reads it in the
+        pass that reads the fields (`executor.FreeReading`) and keeps it with `keep_content_free`."""
         fitted = calibration.corrections() if calibration is not None else {}
         head_corrections = {name: Debias(method) for name, method in heads.corrections().items()} if heads else {}
         if call is not None and not isinstance(call, Debias):
@@ -297,6 +301,11 @@ class PreparedRubrics:
         if all(method is Debias.NONE for method in methods.values()):
             return None
         wanted = any(method.uses_content_free_prior for method in methods.values())
+        if wanted and pending is not None and not self.holds_content_free(prepared, rubric):
+            # The caller reads the content-free inputs in its own pass (`executor.FreeReading`).
+            pending.update({name: method for name, method in methods.items()
+                            if method.uses_content_free_prior and rubric.fields[name].derive is None})
+            wanted = False
         content_free = self.content_free_prior(prepared, rubric, checkpoint=checkpoint) if wanted else {}
         domain = calibration.priors(rubric) if calibration is not None else {}
         fields: dict[str, tuple[Debias, tuple[float, ...]]] = {}
@@ -317,6 +326,32 @@ class PreparedRubrics:
         prior (its first call then prepares that too, after the head)."""
         return any(Debias(spec.debias or rubric.debias or self.default_debias).uses_content_free_prior
                    for spec in rubric.fields.values())
+
+    def holds_content_free(self, prepared: PreparedRubric, rubric: Rubric) -> bool:
+        """Whether the rubric's content-free prior is known without reading it: held, or stored on disk (then loaded)."""
+        if prepared.content_free is not None:
+            return True
+        store = self.store
+        if store is None:
+            return False
+        with prepared.prior_lock:
+            if prepared.content_free is None:
+                began = time.perf_counter()
+                stored = store.load_prior(prepared.compiled.head_tokens, self.prior_identity(rubric))
+                if stored is None:
+                    return False
+                prepared.content_free, prepared.prior_source = stored, "disk"
+                prepared.prior_ms = (time.perf_counter() - began) * 1000
+        return True
+
+    def keep_content_free(self, prepared: PreparedRubric, rubric: Rubric, priors: dict[str, tuple[float, ...]]) -> None:
+        """Keep a content-free prior read in a request's own pass (see `priors`' `pending`), and store it."""
+        with prepared.prior_lock:
+            if prepared.content_free is not None:
+                return
+            prepared.content_free, prepared.prior_source, prepared.prior_ms = dict(priors), "pass", 0.0
+            if self.store is not None:
+                self.store.save_prior(prepared.compiled.head_tokens, self.prior_identity(rubric), prepared.content_free)
 
     def content_free_prior(
         self, prepared: PreparedRubric, rubric: Rubric, *, checkpoint: Checkpoint | None = None,

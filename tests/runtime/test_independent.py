@@ -151,3 +151,45 @@ def test_a_decorated_class_reads_its_fields_independently_priors_included(engine
                    fields={"team": {"kind": "choice", "question": "Which team handles it",
                                     "options": ["billing", "shipping", "returns"]}})
     assert gap(engine.decide(alone, TICKET), decided, ["team"]) < 1e-4
+
+
+def test_a_new_set_reads_its_content_free_prior_in_its_own_pass(engine: Engine):
+    """A question set never seen before costs no pass for its prior: the content-free inputs ride in the
+    request's own pass, and the prior they give is the one a separate reading gives."""
+    import uuid
+
+    from decisionflow.runtime.debias import CONTENT_FREE_INPUTS, mean_distribution
+
+    question = f"Whether the customer asks for money back (set {uuid.uuid4().hex[:8]})"
+    rubric = Rubric(name="fresh", reading="independent", fields={"refund": {"kind": "boolean", "question": question}})
+    first = engine.decide(rubric, TICKET)
+    assert first.stats.forward_passes == 1
+    assert first.fields["refund"].debias == "content_free_half"
+    assert "prior_read" not in first.stats.timings_ms
+    prepared = engine.prepared.peek(rubric)
+    assert prepared.prior_source == "pass"
+    again = engine.decide(rubric, TICKET)
+    assert gap(first, again, ["refund"]) < 1e-4
+    apart = [d.fields["refund"].probabilities for d in engine._read_content_free(rubric, CONTENT_FREE_INPUTS)]
+    expected = mean_distribution([tuple(p[label] for label in ("true", "false")) for p in apart])
+    assert max(abs(a - b) for a, b in zip(prepared.content_free["refund"], expected)) < 1e-4
+
+
+def test_both_vocabularies_take_the_inline_layout_and_the_turns_layout_reads_independently_too(
+        engine: Engine, tokenizer, qwen_tokenizer, monkeypatch):
+    from decisionflow.compiler import TokenizerView, independent
+
+    rubric = questions(list(QUESTIONS))
+    assert independent.question_layout(TokenizerView(tokenizer), rubric) is independent.INLINE
+    assert independent.question_layout(TokenizerView(qwen_tokenizer), rubric) is independent.INLINE
+    # Where the inline seam is not a token boundary, each question gets a turn of its own after the input's.
+    monkeypatch.setattr(independent, "question_layout", lambda view, rubric: independent.TURNS)
+    names = ["refund", "team", "severity"]
+    turns = Rubric(name="turns", reading="independent", debias="none", fields={n: QUESTIONS[n] for n in names})
+    together = engine.decide(turns, TICKET)
+    compiled, _ = engine.compile(turns)
+    assert "I have read the input." in compiled.parts.tail
+    for name in names:
+        alone = engine.decide(Rubric(name="turns", reading="independent", debias="none",
+                                     fields={name: QUESTIONS[name]}), TICKET)
+        assert gap(alone, together, [name]) < 1e-4
