@@ -81,12 +81,18 @@ def serve_command(
     max_schema_options: Annotated[int, typer.Option(
         min=2, help="Answers one property of a /v1/chat/completions schema may offer.")] = LIMITS.max_schema_options,
     new_question_sets_per_minute: Annotated[float, typer.Option(
-        min=0, help="New question sets (/v1/systemone questions, /v1/chat/completions schemas) each client (API key; all clients without keys) may have "
+        min=0, help="New question sets (/v1/systemone and /v1/decisions questions, /v1/chat/completions schemas) each client (API key; all clients without keys) may have "
                     "prepared per minute; beyond it 429. Sets the engine still holds prepared are never limited.")] = LIMITS.new_question_sets_per_minute,
     new_question_set_burst: Annotated[int, typer.Option(
         min=1, help="New question sets a client may have prepared at once.")] = LIMITS.new_question_set_burst,
     max_question_set_head_tokens: Annotated[int, typer.Option(
         min=1, help="Longest prompt (tokens before the input) of a new question set.")] = LIMITS.max_question_set_head_tokens,
+    max_question_set_row_tokens: Annotated[int, typer.Option(
+        min=1, help="Most tokens of rows (each question with its answers, read after the input) of a new question "
+                    "set.")] = LIMITS.max_question_set_row_tokens,
+    decisions_refusal_mass: Annotated[float, typer.Option(
+        min=0, max=1, help="/v1/decisions: refuse a question whose candidate mass (the model's probability of "
+                           "beginning an allowed answer) is below this (0: answer every question).")] = SERVE.decisions_refusal_mass,
     body_timeout: Annotated[float, typer.Option(
         min=0.001, help="Seconds a request body may take to arrive (408 after).")] = LIMITS.body_timeout_s,
     request_timeout: Annotated[float, typer.Option(
@@ -120,8 +126,8 @@ def serve_command(
         min=0, help="Seconds accepted requests get to finish on SIGTERM.")] = SERVE.graceful_shutdown_s,
     log_level: Annotated[LogLevel, typer.Option(help="Log level of uvicorn and of the request log.")] = LogLevel.info,
 ) -> None:
-    """Serve /v1/chat/completions (OpenAI structured outputs), /v1/systemone, /v1/rubrics/{name}/decide, /v1/rubrics,
-    /v1/models, /healthz, /readyz and /metrics (needs the `serve` extra)."""
+    """Serve /v1/chat/completions (OpenAI structured outputs), /v1/decisions (OpenAI's Decisions API), /v1/systemone,
+    /v1/rubrics/{name}/decide, /v1/rubrics, /v1/models, /healthz, /readyz and /metrics (needs the `serve` extra)."""
     err = stderr()
     if max_queue < max_texts:
         say(err, f"error: --max-queue {max_queue} is below --max-texts {max_texts}: a `texts` request of more inputs "
@@ -144,7 +150,8 @@ def serve_command(
                       max_texts=max_texts, max_queue=max_queue, body_timeout_s=body_timeout,
                       request_timeout_s=request_timeout or None, new_question_sets_per_minute=new_question_sets_per_minute,
                       new_question_set_burst=new_question_set_burst,
-                      max_question_set_head_tokens=max_question_set_head_tokens, max_schema_fields=max_schema_fields,
+                      max_question_set_head_tokens=max_question_set_head_tokens,
+                      max_question_set_row_tokens=max_question_set_row_tokens, max_schema_fields=max_schema_fields,
                       max_schema_options=max_schema_options),
         batching=Batching(enabled=batching, max_wait_ms=batch_wait_ms, token_budget=batch_tokens),
         access=Access(api_keys=keys, protect_health=protect_health, protect_metrics=protect_metrics, docs=docs,
@@ -153,6 +160,7 @@ def serve_command(
         graceful_shutdown_s=graceful_shutdown,
         limit_concurrency=limit_concurrency,
         work_threads=work_threads,
+        decisions_refusal_mass=decisions_refusal_mass,
     )
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, threads=threads, device=device, dtype=dtype,
                                                    loader=loader))

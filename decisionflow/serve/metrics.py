@@ -81,13 +81,14 @@ class Metrics:
         for phase in STOP_PHASES:
             self.stopped.labels(phase=phase)
         self.question_sets = Counter(
-            "decisionflow_question_set_cache", "/v1/systemone question sets looked up in the built-rubric cache, by result.",
+            "decisionflow_question_set_cache", "Question sets (/v1/systemone and /v1/decisions questions, "
+            "/v1/chat/completions schemas) looked up in the built-rubric cache, by result.",
             ["result"], registry=self.registry,
         )
         for result in ("hit", "miss"):
             self.question_sets.labels(result=result)
         self.preparations = Counter(
-            "decisionflow_question_set_preparations", "New /v1/systemone question sets admitted for preparation "
+            "decisionflow_question_set_preparations", "New question sets admitted for preparation "
             "(compile, head prefill, content-free reading), within the clients' budgets.", registry=self.registry,
         )
 

@@ -33,11 +33,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from ..errors import DataError
-from ..spec.json_schema import SchemaRubric
+from ..errors import CompileError, ContextLengthError, DataError, InputError
+from ..spec.json_schema import SchemaError, SchemaRubric, from_json_schema
 from ..spec.text import has_visible
+from .admission import Answering, EventStream
 from .body import first_repeated_key, json_type, lone_surrogate
-from .refusals import Located, Refusal, field_path
+from .refusals import HttpRefusal, Located, Refusal, field_path
+from .settings import Limits
 
 ROUTE = "/v1/chat/completions"
 TURN_ROLES = ("user", "assistant")
@@ -376,3 +378,66 @@ def error_body(refusal: Refusal) -> dict[str, Any]:
         message += "; " + "; ".join(f"{where}: {text}" if where else text for where, text in refusal.problems[1:6])
     return {"error": {"message": message, "type": _TYPES.get(refusal.status, "invalid_request_error"),
                       "param": refusal.field, "code": _CODES.get(refusal.type)}}
+
+
+def conversation_refused(error: InputError) -> HttpRefusal:
+    """A conversation the engine cannot read, as the 400 OpenAI's API answers (too long: `context_length_exceeded`)."""
+    kind = "ContextLengthExceeded" if isinstance(error, ContextLengthError) else "InvalidConversation"
+    error.input_index = None
+    return HttpRefusal(400, kind, str(error), field="messages")
+
+
+def model_refused(model: str, served: str) -> HttpRefusal:
+    """The 404 for a `model` this server does not answer with (OpenAI's `model_not_found`)."""
+    return HttpRefusal(404, "ModelNotFound", f"the model {model!r} does not exist on this server; it answers with "
+                       f"{served!r} (GET /v1/models)", field="model")
+
+
+class OpenAIChat:
+    """The format on the shared admission path (`admission.QuestionSetFormat`): a schema with its system text
+    is a question set, read into a rubric by `spec.json_schema`."""
+
+    route = "chat"
+
+    def __init__(self, limits: Limits, model: str) -> None:
+        self.limits = limits
+        self.model = model
+
+    def label(self, built: SchemaRubric | None) -> str | None:
+        return None if built is None else f"chat:{built.rubric.name}"
+
+    def check(self, request: ChatRequest) -> None:
+        if request.model != self.model:
+            raise model_refused(request.model, self.model)
+
+    def key(self, request: ChatRequest) -> str:
+        return schema_key(request)
+
+    def build(self, request: ChatRequest) -> SchemaRubric:
+        try:
+            return from_json_schema(request.schema, name=request.schema_name, instructions=request.instructions,
+                                    input_turns=True, max_fields=self.limits.max_schema_fields,
+                                    max_options=self.limits.max_schema_options)
+        except SchemaError as error:
+            raise HttpRefusal(400, "SchemaError", f"{error.path}: {error.problems[0].message}",
+                              field=request.schema_field) from None
+
+    def field(self, request: ChatRequest) -> str:
+        return request.schema_field
+
+    def compile_refused(self, error: CompileError, request: ChatRequest, built: SchemaRubric) -> Exception:
+        return Located(error, request.schema_field)
+
+    def payload(self, request: ChatRequest) -> Any:
+        return list(request.turns)
+
+    def input_refused(self, error: InputError, request: ChatRequest) -> Exception:
+        return conversation_refused(error)
+
+    def answer(self, request: ChatRequest, built: SchemaRubric, decision: Any, answering: Answering) -> Any:
+        text = answer_text(built.answer(decision))
+        shaped = dict(model=answering.model, request_id=answering.request_id,
+                      completion_tokens=answering.count_tokens(text), text=text)
+        if request.stream:
+            return EventStream(list(chunks(request, built, decision, **shaped)))
+        return completion(request, built, decision, **shaped)

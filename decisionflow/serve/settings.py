@@ -20,7 +20,8 @@ class Limits:
     """A request body larger than this is refused (413) before it is parsed. None: sized to the model's
     context (`body_limit_for`): 16 bytes per position, at least 64 KiB (128 KiB for an 8,192-position model)."""
     max_questions: int = 32
-    """Questions per `/v1/systemone` request: each one is a field of the compiled rubric and a row of every pass."""
+    """Questions per `/v1/systemone` request: each one is a field of the compiled rubric and a row of every pass.
+    (`/v1/decisions` takes its own format's 1-400; both are bounded by `max_question_set_row_tokens`.)"""
     max_options: int = 64
     """Labels per `choice` question: each one is listed in the prompt and compiled into the field's trie."""
     max_texts: int = 64
@@ -32,7 +33,8 @@ class Limits:
     retry_after_s: int = 1
     """What a 503 for a full queue tells the client to wait before trying again."""
     max_cached_question_sets: int = 256
-    """`/v1/systemone` question sets kept as built rubrics (the engine keeps their compiled form and head cache)."""
+    """Question sets (`/v1/systemone` and `/v1/decisions` questions, `/v1/chat/completions` schemas) kept as built
+    rubrics (the engine keeps their compiled form and head cache)."""
     max_cached_question_set_bytes: int = 32 << 20
     """...and the bytes of their questions (ids, instructions, criteria) kept across them."""
     new_question_sets_per_minute: float = 30.0
@@ -48,6 +50,12 @@ class Limits:
     max_question_set_head_tokens: int = 2048
     """A question set whose prompt (instructions and every question's catalog, before the input) is longer is
     refused before it is cached: its head prefill on the shared model thread is what a new set costs most."""
+    max_question_set_row_tokens: int = 2048
+    """A question set read independently (`/v1/systemone`, `/v1/decisions`) whose rows are longer is refused before
+    it is cached. Each question's row carries its text and its allowed answers and is read after the input on
+    every request, and on each of the three content-free readings of a new set's first request: the rows are
+    what such a set costs (about 1,700 tokens for 28 questions of a few answers each; docs/serving.md,
+    "Limits and deadlines", measures a set at the limit)."""
     body_timeout_s: float = 30.0
     """A body not fully received this long after the request began is refused (408) and the connection closed:
     a client sending one byte at a time cannot hold a request open."""
@@ -108,3 +116,7 @@ class ServeSettings:
     """Open connections and requests uvicorn holds at once; beyond it a new request gets a plain 503 at once."""
     work_threads: int = 2
     """Threads that parse bodies, build question sets and tokenise inputs, so the event loop never does."""
+    decisions_refusal_mass: float = 0.0
+    """`/v1/decisions`: a question whose candidate mass (the probability, before renormalising, that the model's
+    next token begins one of its allowed answers) is below this is answered `{"type": "refusal"}`, the others
+    still answered. 0 (the default): every question is answered."""

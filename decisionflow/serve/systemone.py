@@ -9,16 +9,18 @@ label, "probabilities": {...}, "confidence": P(label)} | {"type": "score", "scor
 "usage": {"input_tokens": n, "output_tokens": 0}}`.
 
 How a question set becomes a rubric:
+- the format promises that the questions are independent, so the set is a rubric read independently
+  (`question_sets`, `reading: independent`): each question is a field asked in its own turn after the
+  state, reading neither the other questions nor their answers, all in one packed pass over a head that no
+  question names. Nothing is pinned, and an answer is the same alone, among others and in any order;
 - each question is one field: `noul` a boolean (its criteria appended to the question), `choice` a
   choice over its labels, `score` an integer scale 0..n-1 whose levels carry the descriptions;
 - question ids may be any strings; each gets a field name the model can read as a JSON key (`is spam?`
   -> `is_spam`), unique within the set, and answers are keyed by the ids again;
-- the fields are ordered by id, so the same set in any order is one rubric (one compiled prompt, one
-  head cache) and gets the same answers;
-- nothing is pinned: the format promises that the questions are independent, and pinning would write
-  the first question's guessed answer into the prompt of every other one, making their answers depend
-  on it (and on which question happens to sort first). Every field is read in one pass, each as the
-  first key of the object; spellings such as `true`/`"true"` are summed either way.
+- the fields are ordered by id, so the same set in any order is one rubric (one compiled set of rows, one
+  content-free prior) and gets the same answers.
+
+`usage.input_tokens` is what the model read: the head, the state and every question's row.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import DataError, Problem, RubricError
+from ..errors import CompileError, DataError, InputError, Problem, RubricError
 from ..spec.names import field_names
-from ..spec.rubric import FieldKind, FieldSpec, Rubric, normalise_label, number_text
+from ..spec.rubric import FieldSpec, Rubric, normalise_label, number_text
+from .admission import Answering
 from .body import first_repeated_key, input_shape_problem, json_type, lone_surrogate
-from .cache import RecentlyBuilt
+from .question_sets import choice_field, confidence, independent_rubric, predicate_field, score_field, tokens_read
 from .refusals import Located, field_path
 from .settings import Limits
 
@@ -48,6 +51,7 @@ RUBRIC_INSTRUCTIONS = (
     "Answer every key from the input alone. The keys are independent questions: "
     "answer each one on its own, without regard to the others."
 )
+"""The system turn's instructions of every `/v1/systemone` question set: one head for all of them."""
 SOURCE = "request"
 
 
@@ -247,13 +251,9 @@ def _problems(problems: list[Problem]) -> RubricError:
 # -- the rubric -----------------------------------------------------------------------------------------
 
 
-class QuestionSets(RecentlyBuilt):
-    """Question sets already built into rubrics, by content (see `cache.RecentlyBuilt`)."""
-
-    @staticmethod
-    def key(questions: tuple[Question, ...]) -> str:
-        """The set's identity: its questions' content in id order (the same set in any order is one set)."""
-        return json.dumps(sorted([q.id, q.type, q.instructions, q.criteria] for q in questions), ensure_ascii=False)
+def question_set_key(questions: tuple[Question, ...]) -> str:
+    """The set's identity: its questions' content in id order (the same set in any order is one set)."""
+    return json.dumps(sorted([q.id, q.type, q.instructions, q.criteria] for q in questions), ensure_ascii=False)
 
 
 def build_question_set(questions: tuple[Question, ...]) -> QuestionSet:
@@ -272,24 +272,16 @@ def build_question_set(questions: tuple[Question, ...]) -> QuestionSet:
                 problems.append(Problem(SOURCE, field_path("questions", question.id, key), message))
     if problems:
         raise RubricError(problems)
-    rubric = Rubric(name=RUBRIC_NAME, instructions=RUBRIC_INSTRUCTIONS, fields=fields, pin_first=False)
+    rubric = independent_rubric(RUBRIC_NAME, fields, instructions=RUBRIC_INSTRUCTIONS)
     return QuestionSet(rubric, dict(names), {q.id: q.type for q in ordered})
 
 
 def _field_data(question: Question) -> dict[str, Any]:
     if question.type == "noul":
-        text = question.instructions
-        if question.criteria:
-            described = "; ".join(f"{answer}: {question.criteria[answer]}" for answer in ("true", "false") if answer in question.criteria)
-            text = f"{text.rstrip()} ({described})"
-        return {"kind": FieldKind.BOOLEAN, "question": text}
+        return predicate_field(question.instructions, question.criteria)
     if question.type == "choice":
-        return {"kind": FieldKind.CHOICE, "question": question.instructions, "options": dict(question.criteria)}
-    levels = question.criteria
-    return {
-        "kind": FieldKind.SCORE, "question": question.instructions, "min": 0, "max": len(levels) - 1,
-        "options": {str(level): text for level, text in enumerate(levels)},
-    }
+        return choice_field(question.instructions, dict(question.criteria))
+    return score_field(question.instructions, list(question.criteria))
 
 
 # -- answers --------------------------------------------------------------------------------------------
@@ -305,25 +297,19 @@ def answers_of(decision: Any, request: SystemOneRequest, question_set: QuestionS
             answers[question.id] = {"type": "noul", "noul": probabilities["true"]}
         elif question.type == "choice":
             answers[question.id] = {"type": "choice", "choice": result.value, "probabilities": probabilities,
-                                    "confidence": _confidence(result.value, probabilities)}
+                                    "confidence": confidence(result)}
         else:
             answers[question.id] = {
                 "type": "score", "score": result.expected_value,
                 "legend": {str(level): text for level, text in enumerate(question.criteria)},
-                "probabilities": probabilities, "confidence": _confidence(result.value, probabilities),
+                "probabilities": probabilities, "confidence": confidence(result),
             }
     return answers
 
 
-def _confidence(chosen: Any, probabilities: dict[str, float]) -> float:
-    """The probability of the chosen answer (the likeliest label or level; `score` is the expected level and
-    may fall between levels). The likeliest answer's, should the chosen one not be listed."""
-    return probabilities.get(str(chosen), max(probabilities.values()))
-
-
 def usage_of(decision: Any) -> dict[str, int]:
-    """The prompt as the model reads it (the rubric's cached head and the state); nothing is generated."""
-    return {"input_tokens": decision.stats.head_tokens + decision.stats.input_tokens, "output_tokens": 0}
+    """What the model read (the head, the state and every question's row); nothing is generated."""
+    return {"input_tokens": tokens_read(decision.stats), "output_tokens": 0}
 
 
 def located_compile_error(message: str, question_set: QuestionSet) -> str:
@@ -335,3 +321,36 @@ def located_compile_error(message: str, question_set: QuestionSet) -> str:
                 return field_path("questions", qid, "criteria")
     return "questions"
 
+
+
+class SystemOne:
+    """The format on the shared admission path (`admission.QuestionSetFormat`)."""
+
+    route = RUBRIC_NAME
+
+    def label(self, built: QuestionSet | None) -> str:
+        return RUBRIC_NAME
+
+    def check(self, request: SystemOneRequest) -> None:
+        """`model` is ignored: the answer names the model the server has."""
+
+    def key(self, request: SystemOneRequest) -> str:
+        return question_set_key(request.questions)
+
+    def build(self, request: SystemOneRequest) -> QuestionSet:
+        return build_question_set(request.questions)
+
+    def field(self, request: SystemOneRequest) -> str:
+        return "questions"
+
+    def compile_refused(self, error: CompileError, request: SystemOneRequest, built: QuestionSet) -> Exception:
+        return Located(error, located_compile_error(str(error), built))
+
+    def payload(self, request: SystemOneRequest) -> Any:
+        return request.state
+
+    def input_refused(self, error: InputError, request: SystemOneRequest) -> Exception:
+        return Located(error, "state")
+
+    def answer(self, request: SystemOneRequest, built: QuestionSet, decision: Any, answering: Answering) -> dict[str, Any]:
+        return {"model": answering.model, "answers": answers_of(decision, request, built), "usage": usage_of(decision)}
