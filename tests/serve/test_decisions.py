@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 
 import pytest
@@ -438,6 +439,18 @@ def test_langchain_openai_classifier_sends_messages_and_tool_calls_natively(engi
     assert response.choices["team"].probabilities == pytest.approx(fields["team"].probabilities, abs=1e-6)
     assert response.scores["tone"].score == pytest.approx(fields["tone"].expected_value, abs=1e-6)
     assert response.usage["input_tokens"] == decision.stats.head_tokens + decision.stats.tokens_prefilled
+
+
+def test_the_docs_example_prints_what_the_docs_say(port, capsys):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "decisions.md").read_text(encoding="utf-8")
+    section = text.split("## OpenAI's Decisions API over HTTP", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    printed = re.search(r"prints `(.*?)`", section).group(1)
+    code = code.replace("http://127.0.0.1:8000/v1", f"http://127.0.0.1:{port}/v1").replace('"secret"', repr(KEY))
+    exec(compile(code, "docs/decisions.md", "exec"), {"__name__": "docs_example"})
+    assert capsys.readouterr().out.strip() == printed
 
 
 # -- the question set, without a model ------------------------------------------------------------------------------
