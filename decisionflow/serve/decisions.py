@@ -335,6 +335,9 @@ def _choices(value: Any, where: str, question: str) -> tuple[tuple[str | bool, s
         what = f"{len(value)} choices" if isinstance(value, list) else "missing" if value is None else json_type(value)
         raise refused(f"a choice question has {MIN_CHOICES} to {MAX_CHOICES} `choices` ({what})", where)
     choices: list[tuple[str | bool, str]] = []
+    seen: set[tuple[type, str | bool]] = set()
+    alike: dict[str, str | bool] = {}
+    """`true`/`false` -> the first value written that way: a boolean, or a string that normalises to it."""
     for index, choice in enumerate(value):
         at = f"{where}[{index}]"
         if not isinstance(choice, dict) or "value" not in choice:
@@ -344,14 +347,17 @@ def _choices(value: Any, where: str, question: str) -> tuple[tuple[str | bool, s
             raise refused(f"a choice's `value` is a string or a boolean, got {json_type(answer)}", f"{at}.value")
         if isinstance(answer, str):
             _text(answer, f"{at}.value", "a choice's `value`")
-        for earlier, _ in choices:
-            if earlier == answer and type(earlier) is type(answer):
-                raise refused(f"the choice {json.dumps(answer)} is listed twice: each choice must be unique", where)
-            if type(earlier) is not type(answer) and normalise_label(label_of(earlier)) == normalise_label(label_of(answer)):
-                text, boolean = (earlier, answer) if isinstance(earlier, str) else (answer, earlier)
-                raise refused(f"the choices {json.dumps(text)} (a string) and {json.dumps(boolean)} (a boolean) read alike: "
-                              "the model writes both the same way, so it cannot tell them apart; use other words for "
-                              "the string", question)
+        if (type(answer), answer) in seen:
+            raise refused(f"the choice {json.dumps(answer)} is listed twice: each choice must be unique", where)
+        seen.add((type(answer), answer))
+        written = label_of(answer) if isinstance(answer, bool) else normalise_label(answer)
+        other = alike.get(written) if written in ("true", "false") else None
+        if other is not None and type(other) is not type(answer):
+            text, boolean = (other, answer) if isinstance(other, str) else (answer, other)
+            raise refused(f"the choices {json.dumps(text)} (a string) and {json.dumps(boolean)} (a boolean) read alike: "
+                          "the model writes both the same way, so it cannot tell them apart; use other words for "
+                          "the string", question)
+        alike.setdefault(written, answer)
         choices.append((answer, _description(choice.get("description"), f"{at}.description")))
     return tuple(choices)
 
@@ -414,13 +420,15 @@ def _field_names(questions: tuple[Question, ...]) -> list[str]:
     others) would move its answer: a predicate read 0.56 as `q_0` and 0.69 as `q_12` on the bundled model. A
     name that repeats gets a field of its own (`team`, `team_2`)."""
     ids: list[str] = []
+    taken: set[str] = set()
     for question in questions:
         base = question.name if question.name is not None else "q_" + hashlib.sha256(
             question_set_key((question,)).encode("utf-8", errors="surrogatepass")).hexdigest()[:6]
         qid, count = base, 1
-        while qid in ids:
+        while qid in taken:
             count += 1
             qid = f"{base} {count}"
+        taken.add(qid)
         ids.append(qid)
     names = field_names(ids)
     return [names[qid] for qid in ids]
