@@ -374,14 +374,16 @@ def test_400_questions_are_answered_and_401_refused(engine):
     """The format's most. Rows of 400 questions are read in several passes; the readout correction is left out
     here so the set is read once, not also for its content-free prior."""
     plain = Engine(engine.loaded, options=EngineOptions(debias=Debias.NONE))
-    questions = [{"type": "predicate", "instructions": "Q?"} for _ in range(400)]
-    settings = ServeSettings(limits=Limits(max_question_set_row_tokens=1 << 16))
+    questions = [{"type": "predicate", "name": str(index), "instructions": "Q?"} for index in range(400)]
+    # About 12,000 row tokens: far beyond the default row limit, and more than a minute on 2 busy cores.
+    settings = ServeSettings(limits=Limits(max_question_set_row_tokens=1 << 16, request_timeout_s=None))
     with running_app(plain, RubricRegistry({}), settings) as (app, port):
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=600)
         model = app.state.service.model_name
         decided = client.decisions.create(model=model, input="refund me", questions=questions)
         assert len(decided.answers) == 400 and all(isinstance(a, AnswerAnswerResourcePredicate) for a in decided.answers)
-        assert all(0 < a.probability < 1 and a.name is None for a in decided.answers)
+        assert [a.name for a in decided.answers] == [str(index) for index in range(400)]
+        assert all(0 < a.probability < 1 for a in decided.answers)
         with pytest.raises(openai.BadRequestError) as raised:
             client.decisions.create(model=model, input="refund me", questions=[*questions, questions[0]])
         assert raised.value.param == "questions"
