@@ -31,9 +31,9 @@ a 422, as on `/v1/chat/completions`.
 
 The question set is a rubric read independently (`question_sets`): question i is field i, named from the
 question's `name`, else from its content (never its position: see `_field_names`), through
-`spec.names.field_names`. A choice
-with boolean values writes them as JSON (`literals`), so `true` and `"true"` stay apart and come back with
-their JSON type; a score is a field 0..n-1 whose level descriptions carry the level's label and description.
+`spec.names.field_names`. A choice with boolean values writes them as JSON (`literals`), so `true` and
+`"true"` stay apart and come back with their JSON type; a score is a field 0..n-1 whose level descriptions
+carry the level's label and description.
 
 The answer (`Decision`): a predicate's probability of true; a choice's likeliest value, the probability of
 every value (in the question's order, values keeping their JSON type) and its confidence; a score's expected
@@ -173,8 +173,7 @@ def _input(value: Any) -> str | list[dict[str, str]]:
         what = "an empty list" if isinstance(value, list) else json_type(value)
         raise refused(f"`input` must be text or a non-empty list of messages and tool calls, got {what}", "input")
     messages: list[dict[str, str]] = []
-    calls: dict[str, tuple[str, str]] = {}
-    """call_id -> (the call's item type, the tool's name)."""
+    calls: dict[str, tuple[str, str]] = {}  # call_id -> (the call's item type, the tool's name)
     for index, item in enumerate(value):
         where = field_path("input", index)
         if not isinstance(item, dict):
@@ -336,8 +335,7 @@ def _choices(value: Any, where: str, question: str) -> tuple[tuple[str | bool, s
         raise refused(f"a choice question has {MIN_CHOICES} to {MAX_CHOICES} `choices` ({what})", where)
     choices: list[tuple[str | bool, str]] = []
     seen: set[tuple[type, str | bool]] = set()
-    alike: dict[str, str | bool] = {}
-    """`true`/`false` -> the first value written that way: a boolean, or a string that normalises to it."""
+    alike: dict[str, str | bool] = {}  # `true`/`false` -> the first value written so: a boolean, or a string alike
     for index, choice in enumerate(value):
         at = f"{where}[{index}]"
         if not isinstance(choice, dict) or "value" not in choice:
