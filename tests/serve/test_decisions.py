@@ -369,6 +369,24 @@ def test_a_question_set_over_the_row_limit_is_refused_naming_questions_on_both_r
         http.close()
 
 
+def test_the_budget_of_new_sets_and_the_deadline_answer_in_openais_shape(engine, decided):
+    fresh = Engine(engine.loaded)
+    settings = ServeSettings(limits=Limits(new_question_set_burst=1, new_question_sets_per_minute=0))
+    with running_server(fresh, RubricRegistry({}), settings) as port:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        client.decisions.create(model=decided.model, input=TICKET, questions=QUESTIONS[:1])
+        client.decisions.create(model=decided.model, input="another input", questions=QUESTIONS[:1])  # a set known
+        with pytest.raises(openai.RateLimitError) as raised:
+            client.decisions.create(model=decided.model, input=TICKET, questions=QUESTIONS[1:2])
+        assert raised.value.code == "rate_limit_exceeded" and raised.value.param == "questions"
+        assert raised.value.response.headers["retry-after"]
+    with running_server(engine, RubricRegistry({}), ServeSettings(limits=Limits(request_timeout_s=1e-9))) as port:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as raised:
+            client.decisions.create(model=decided.model, input=TICKET, questions=QUESTIONS)
+        assert raised.value.status_code == 504 and raised.value.code == "timeout"
+
+
 @pytest.mark.slow
 def test_400_questions_are_answered_and_401_refused(engine):
     """The format's most. Rows of 400 questions are read in several passes; the readout correction is left out
