@@ -331,7 +331,8 @@ class RecordingEngine:
     def __init__(self) -> None:
         self.calls: list[dict] = []
 
-    def decide_each(self, target, payloads, **options):
+    def decide_each(self, target, payloads, *, checkpoint=None, **options):
+        assert callable(checkpoint)  # the batcher's stop rule rides along with every call
         self.calls.append({"payloads": list(payloads), **options})
         return [(target, p) for p in payloads]
 
