@@ -33,7 +33,7 @@ from typing import Any, NamedTuple, Sequence
 import torch
 
 from ..compiler.tree import tree_chains, tree_depths
-from .branch_attention import attention_path, branch_attention, fold_mask, padded_branch_attention
+from .branch_attention import attention_path, branch_attention, local_attention, padded_branch_attention
 from .forward import KV, Attend, Capture, DecoderParts, Pool, causal_attend, logprobs_at, run_layers
 from .ops import TritonOps, choose_ops
 
@@ -348,7 +348,8 @@ class TransformersBackend:
     def _blockwise_attention(self, head: HeadCache, contexts: list[RequestContext], layout: PassLayout) -> Attend:
         """Torch attention, request by request, each block merged with the shared head by log-sum-exp."""
         groups = self.parts.heads // self.parts.kv_heads
-        masks = [fold_mask(block.visible.to(self.device), groups, self.dtype) for block in layout.blocks]  # type: ignore[union-attr]
+        masks = [local_attention(block.visible.to(self.device), groups, self.dtype)  # type: ignore[union-attr]
+                 for block in layout.blocks]
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
             # Request by request: a token never attends to another request's keys, so the local part

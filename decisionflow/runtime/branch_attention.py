@@ -10,6 +10,10 @@ so the prefix part runs unmasked (and, with grouped-query attention, with the qu
 key/value head folded into the query axis instead of repeating the keys), and only the short local
 part needs the mask. The prefix keys and values stay where the head's prefill left them.
 
+A long local part whose tokens see few of its keys (independent questions: a thousand row tokens, each
+seeing the input and its own row) is attended in query chunks, each against the keys some query of it
+sees (`chunk_local`): the same sums, without the masked-out products that dominated such a pass.
+
 On CUDA the torch path runs `padded_branch_attention` instead: every request of a pass is one row of
 a padded batch for torch's `scaled_dot_product_attention` (its fused kernels take the additive mask),
 with the query heads of a key/value head folded into the query axis as above. It needs no
@@ -17,6 +21,8 @@ log-sum-exp, so it runs on torch's public attention; the CPU path stays the exac
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -62,27 +68,92 @@ def fold_mask(visible: torch.Tensor, groups: int, dtype: torch.dtype) -> torch.T
     return mask.repeat(groups, 1)[None, None]
 
 
+LOCAL_CHUNK = 128
+"""Queries per chunk of a chunked local part: a few independent rows, against the input and those rows."""
+CHUNKED_BELOW = 0.5
+"""The local part is chunked when the chunks' query-key products are below this share of the dense ones."""
+
+
+@dataclass(frozen=True)
+class LocalChunk:
+    """Queries `start..stop-1` of a local part, attending only to the local keys `keys` under `mask`."""
+
+    start: int
+    stop: int
+    keys: torch.Tensor
+    """Indexes of the local keys some query of the chunk sees."""
+    mask: torch.Tensor
+    """The chunk's folded additive mask over those keys (`fold_mask`)."""
+
+
+def chunk_local(visible: torch.Tensor, groups: int, dtype: torch.dtype, size: int = LOCAL_CHUNK) -> list[LocalChunk] | None:
+    """The local part as query chunks against the keys each sees, or None when that saves too little
+    (`CHUNKED_BELOW`) to pay for the extra calls: then the dense folded mask is the faster path.
+    `visible` [n, L] bool; built once per pass, on `visible`'s device, and shared by every layer."""
+    n, width = visible.shape
+    if n <= size:
+        return None
+    chunks: list[LocalChunk] = []
+    products = 0
+    for start in range(0, n, size):
+        stop = min(n, start + size)
+        seen = visible[start:stop]
+        keys = seen.any(0).nonzero().flatten()
+        products += (stop - start) * len(keys)
+        chunks.append(LocalChunk(start, stop, keys, fold_mask(seen.index_select(1, keys), groups, dtype)))
+    return chunks if products < CHUNKED_BELOW * n * width else None
+
+
+def local_attention(visible: torch.Tensor, groups: int, dtype: torch.dtype) -> torch.Tensor | list[LocalChunk]:
+    """What `branch_attention` takes for a local part whose tokens see `visible` [n, L]: its chunks where
+    chunking saves enough (`chunk_local`), else the dense folded mask."""
+    return chunk_local(visible, groups, dtype) or fold_mask(visible, groups, dtype)
+
+
 def branch_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    folded_mask: torch.Tensor,
+    folded_mask: torch.Tensor | list[LocalChunk],
     prefix_key: torch.Tensor,
     prefix_value: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
     """query [1, Hq, N, D]; key/value [1, Hkv, L, D] (contexts + packed tokens); `folded_mask` from
-    `fold_mask`; prefix_key/value [1, Hkv, P, D] seen by every query. Returns [1, Hq, N, D]."""
+    `fold_mask`, or the chunks of `chunk_local`; prefix_key/value [1, Hkv, P, D] seen by every query.
+    Returns [1, Hq, N, D]."""
     _, heads, n, dim = query.shape
     kv_heads = key.shape[1]
     folded = query.reshape(1, kv_heads, (heads // kv_heads) * n, dim)
     out_prefix, lse_prefix = _attend(folded, prefix_key, prefix_value, None, scale)
-    out_local, lse_local = _attend(folded, key, value, folded_mask, scale)
+    if isinstance(folded_mask, list):
+        out_local, lse_local = _chunked_local(query, key, value, folded_mask, scale)
+    else:
+        out_local, lse_local = _attend(folded, key, value, folded_mask, scale)
     top = torch.maximum(lse_prefix, lse_local)
     w_prefix = torch.exp(lse_prefix - top).unsqueeze(-1)
     w_local = torch.exp(lse_local - top).unsqueeze(-1)
     out = (out_prefix.float() * w_prefix + out_local.float() * w_local) / (w_prefix + w_local)
     return out.to(query.dtype).reshape(1, heads, n, dim)
+
+
+def _chunked_local(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, chunks: list[LocalChunk],
+                   scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The local part chunk by chunk, laid out as `_attend` lays out the folded queries (query head g of a
+    key/value head's group, token i: row g * n + i). Returns ([1, Hkv, groups * n, D], [1, Hkv, groups * n])."""
+    _, heads, n, dim = query.shape
+    kv_heads = key.shape[1]
+    groups = heads // kv_heads
+    out = query.new_empty(1, kv_heads, groups, n, dim)
+    lse = torch.empty(1, kv_heads, groups, n, dtype=torch.float32, device=query.device)
+    for chunk in chunks:
+        width = chunk.stop - chunk.start
+        folded = query[:, :, chunk.start : chunk.stop].reshape(1, kv_heads, groups * width, dim)
+        part, part_lse = _attend(folded, key.index_select(2, chunk.keys), value.index_select(2, chunk.keys),
+                                 chunk.mask, scale)
+        out[:, :, :, chunk.start : chunk.stop] = part.view(1, kv_heads, groups, width, dim)
+        lse[:, :, :, chunk.start : chunk.stop] = part_lse.view(1, kv_heads, groups, width)
+    return out.view(1, kv_heads, groups * n, dim), lse.view(1, kv_heads, groups * n)
 
 
 def padded_branch_attention(

@@ -52,3 +52,42 @@ def test_dependency_floors_are_what_the_suite_runs_on():
         # The cache API, the SDPA enable-GQA path and the private CPU attention op need these floors.
         assert Version(floors[package]) >= Version({"torch": "2.13", "transformers": "5.24"}[package])
         assert Version(version(package)).release >= Version(floors[package]).release
+
+
+def _rows_after_input(trunk: int, rows: int, length: int) -> torch.Tensor:
+    """What independent questions see: a causal input, then `rows` rows of `length` tokens, each seeing the
+    whole input and its own earlier tokens only."""
+    n = trunk + rows * length
+    visible = torch.zeros(n, n, dtype=torch.bool)
+    visible[:trunk, :trunk] = torch.ones(trunk, trunk, dtype=torch.bool).tril()
+    for r in range(rows):
+        start = trunk + r * length
+        visible[start : start + length, :trunk] = True
+        visible[start : start + length, start : start + length] = torch.ones(length, length, dtype=torch.bool).tril()
+    return visible
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_chunked_local_part_equals_the_dense_one(monkeypatch, groups, fused):
+    if not fused:
+        monkeypatch.setattr(ba, "_CPU_FLASH", None)
+    torch.manual_seed(groups)
+    visible = _rows_after_input(trunk=50, rows=12, length=23)
+    n, dim, kv_heads = visible.shape[0], 16, 2
+    q = torch.randn(1, kv_heads * groups, n, dim)
+    k, v = torch.randn(1, kv_heads, n, dim), torch.randn(1, kv_heads, n, dim)
+    pk, pv = torch.randn(1, kv_heads, 9, dim), torch.randn(1, kv_heads, 9, dim)
+    chunks = ba.chunk_local(visible, groups, torch.float32, size=40)
+    assert chunks is not None and len(chunks) == -(-n // 40)
+    assert sum((c.stop - c.start) * len(c.keys) for c in chunks) < 0.5 * n * n  # the point of chunking
+    chunked = ba.branch_attention(q, k, v, chunks, pk, pv, 0.25)
+    dense = ba.branch_attention(q, k, v, ba.fold_mask(visible, groups, torch.float32), pk, pv, 0.25)
+    assert torch.allclose(chunked, dense, atol=1e-5)
+    assert torch.allclose(chunked, _plain(q, k, v, visible, pk, pv, 0.25), atol=1e-5)
+
+
+def test_a_local_part_every_token_sees_is_not_chunked():
+    visible = torch.ones(300, 300, dtype=torch.bool).tril()
+    assert ba.chunk_local(visible, 3, torch.float32) is None  # a causal input: chunks would save too little
+    assert isinstance(ba.local_attention(visible, 3, torch.float32), torch.Tensor)
