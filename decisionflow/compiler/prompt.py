@@ -75,7 +75,8 @@ def value_literal(spec: FieldSpec, value: Any, answer_format: AnswerFormat) -> s
 
 def catalog_entry(spec: FieldSpec, answer_format: AnswerFormat, catalog: Catalog = Catalog.FULL) -> str:
     question = spec.question.rstrip(". ")
-    head = f'- "{spec.name}": {question}.'
+    # A question that ends in its own mark keeps it alone ("back?", not "back?.").
+    head = f'- "{spec.name}": {question}' + ("" if question.endswith(("?", "!")) else ".")
     if spec.kind is FieldKind.BOOLEAN:
         return f"{head} Allowed: true | false"
     catalog = catalog_for(spec, answer_format, catalog)

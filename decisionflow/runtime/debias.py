@@ -18,11 +18,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..spec.kinds import Reading
 from ..spec.rubric import Debias
 
-__all__ = ["CONTENT_FREE_INPUTS", "Debias", "Priors", "divide_by_prior", "mean_distribution"]
+__all__ = ["CONTENT_FREE_BY_READING", "CONTENT_FREE_INPUTS", "DEFAULT_BY_READING", "Debias", "Priors", "divide_by_prior", "mean_distribution"]
 
 CONTENT_FREE_INPUTS = ("N/A", "[MASK]", "...")
+CONTENT_FREE_BY_READING = {Reading.SHARED: CONTENT_FREE_INPUTS, Reading.INDEPENDENT: ("N/A",)}
+"""The content-free inputs a rubric's prior is the mean reading of, per reading. Independent questions read
+theirs beside the request, one row per question per input, so each input costs as much as the request's own
+rows: one input there, measured to lose no accuracy against the shared reading on any development set
+(docs/engine.md, "Independent questions"), where the three cost the shared reading's head nothing extra."""
+DEFAULT_BY_READING = {Reading.SHARED: Debias.CONTENT_FREE_HALF, Reading.INDEPENDENT: Debias.CONTENT_FREE}
+"""The correction a field gets where neither it, its rubric, the call nor the engine names one: the one that lost
+accuracy on no development set against the shared reading's default, per reading (docs/evaluation.md; for
+independent questions docs/engine.md, "Independent questions": half the correction lost on BANKING77 there)."""
 PRIOR_FLOOR = 1e-6
 """A prior is never taken below this, so a label the model never gives content-free is not blown up."""
 

@@ -29,7 +29,7 @@ from ..spec.plan import Plan
 from ..spec.rubric import Rubric
 from .backend import DECODER_PATH, TransformersBackend
 from .calibration import Calibration
-from .debias import CONTENT_FREE_INPUTS, Debias, Priors
+from .debias import CONTENT_FREE_BY_READING, Debias, Priors
 from .executor import FreeReading, RequestState, check_fits, execute
 from .head_store import DEFAULT_MAX_BYTES, HeadStore, model_fingerprint, weights_fingerprint
 from .heads import Heads, prompt_fingerprint
@@ -49,9 +49,10 @@ class EngineOptions:
     catalog: Catalog = DEFAULT_CATALOG
     """How much of each choice field's options the prompt lists, where the rubric does not say
     (`compiler.prompt.catalog_for`; measured in docs/engine.md)."""
-    debias: Debias = Debias.CONTENT_FREE_HALF
+    debias: Debias | None = None
     """The readout's bias correction (see `runtime.debias`); a rubric, a field or a call may override it.
-    The default is the one that lost accuracy on no development set (docs/evaluation.md)."""
+    None: the default of each rubric's reading (`debias.DEFAULT_BY_READING`: `content_free_half` shared,
+    `content_free` for independent questions), the one that lost accuracy on no development set."""
     kernels: str = "auto"
     """`auto`: the Triton kernels on CUDA when they import and support the model, else torch;
     `triton` (on the CPU only under TRITON_INTERPRET=1) or `torch` to choose."""
@@ -325,8 +326,9 @@ class Engine:
                       for i in indexes]
             free = None
             if pending:
-                free = FreeReading(len(CONTENT_FREE_INPUTS), pending)
-                states = [RequestState(input_tokens=prepared.compiled.request_tokens(text)) for text in CONTENT_FREE_INPUTS] + states
+                inputs = CONTENT_FREE_BY_READING[rubric.reading]
+                free = FreeReading(len(inputs), pending)
+                states = [RequestState(input_tokens=prepared.compiled.request_tokens(text)) for text in inputs] + states
             pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states, calibration,  # type: ignore[arg-type]
                               priors, heads, capture, capture_means, checkpoint=checkpoint, free=free)
             if free is not None:

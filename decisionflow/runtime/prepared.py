@@ -34,7 +34,7 @@ from ..spec.plan import Plan, make_plan, split_by_tokens
 from ..spec.rubric import Rubric
 from .backend import HeadCache, TransformersBackend
 from .calibration import Calibration
-from .debias import CONTENT_FREE_INPUTS, Debias, Priors, mean_distribution
+from .debias import CONTENT_FREE_BY_READING, DEFAULT_BY_READING, Debias, Priors, mean_distribution
 from .head_store import HeadStore
 from .heads import Heads
 from .result import Decision
@@ -111,7 +111,7 @@ class PreparedRubrics:
         pin_first: bool | None,
         max_prepared: int,
         max_head_bytes: int,
-        default_debias: Debias,
+        default_debias: Debias | None,
         store_folder: Path | None,
         store_bytes: int,
         fingerprint: Callable[[], str],
@@ -295,7 +295,7 @@ class PreparedRubrics:
                 ) from None
         methods = {
             name: Debias(head_corrections.get(name) or call or fitted.get(name) or spec.debias or rubric.debias
-                         or self.default_debias)
+                         or self.default_for(rubric))
             for name, spec in rubric.fields.items()
         }
         if all(method is Debias.NONE for method in methods.values()):
@@ -324,8 +324,12 @@ class PreparedRubrics:
     def reads_content_free(self, rubric: Rubric) -> bool:
         """Whether a call without a correction, calibration or heads of its own reads the rubric's content-free
         prior (its first call then prepares that too, after the head)."""
-        return any(Debias(spec.debias or rubric.debias or self.default_debias).uses_content_free_prior
+        return any(Debias(spec.debias or rubric.debias or self.default_for(rubric)).uses_content_free_prior
                    for spec in rubric.fields.values())
+
+    def default_for(self, rubric: Rubric) -> Debias:
+        """The engine's correction where it names one, else the default of the rubric's reading."""
+        return self.default_debias or DEFAULT_BY_READING[rubric.reading]
 
     def holds_content_free(self, prepared: PreparedRubric, rubric: Rubric) -> bool:
         """Whether the rubric's content-free prior is known without reading it: held, or stored on disk (then loaded)."""
@@ -372,7 +376,7 @@ class PreparedRubrics:
                     prepared.prior_ms = (time.perf_counter() - began) * 1000
                     return stored
                 reading = None if checkpoint is None else lambda _phase: checkpoint("prior")
-                decided = [o for o in self._read_content_free(rubric, CONTENT_FREE_INPUTS, reading) if isinstance(o, Decision)]
+                decided = [o for o in self._read_content_free(rubric, CONTENT_FREE_BY_READING[rubric.reading], reading) if isinstance(o, Decision)]
                 priors = {}
                 for name, spec in rubric.fields.items():
                     seen = [tuple(d.fields[name].probabilities.get(label, 0.0) for label in spec.labels)
@@ -388,7 +392,7 @@ class PreparedRubrics:
 
     def prior_identity(self, rubric: Rubric) -> dict[str, Any]:
         """What a rubric's content-free priors depend on besides its head, the model and the dtype."""
-        return {"inputs": list(CONTENT_FREE_INPUTS), "prepared": list(self.key(rubric))}
+        return {"inputs": list(CONTENT_FREE_BY_READING[rubric.reading]), "prepared": list(self.key(rubric))}
 
 
 def _distinct_head_bytes(entries: Any) -> int:

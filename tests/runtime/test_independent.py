@@ -146,7 +146,7 @@ def test_a_decorated_class_reads_its_fields_independently_priors_included(engine
     """The engine's default correction divides by each field's content-free prior: read per question too."""
     decided = engine.decide(Questions, TICKET)
     assert isinstance(decided.value, Questions)
-    assert decided.fields["team"].debias == "content_free_half"
+    assert decided.fields["team"].debias == "content_free"  # the independent reading's default
     alone = Rubric(name="questions", reading="independent", instructions="Triage one support ticket.",
                    fields={"team": {"kind": "choice", "question": "Which team handles it",
                                     "options": ["billing", "shipping", "returns"]}})
@@ -158,19 +158,19 @@ def test_a_new_set_reads_its_content_free_prior_in_its_own_pass(engine: Engine):
     request's own pass, and the prior they give is the one a separate reading gives."""
     import uuid
 
-    from decisionflow.runtime.debias import CONTENT_FREE_INPUTS, mean_distribution
+    from decisionflow.runtime.debias import CONTENT_FREE_BY_READING, mean_distribution
 
     question = f"Whether the customer asks for money back (set {uuid.uuid4().hex[:8]})"
     rubric = Rubric(name="fresh", reading="independent", fields={"refund": {"kind": "boolean", "question": question}})
     first = engine.decide(rubric, TICKET)
     assert first.stats.forward_passes == 1
-    assert first.fields["refund"].debias == "content_free_half"
+    assert first.fields["refund"].debias == "content_free"
     assert "prior_read" not in first.stats.timings_ms
     prepared = engine.prepared.peek(rubric)
     assert prepared.prior_source == "pass"
     again = engine.decide(rubric, TICKET)
     assert gap(first, again, ["refund"]) < 1e-4
-    apart = [d.fields["refund"].probabilities for d in engine._read_content_free(rubric, CONTENT_FREE_INPUTS)]
+    apart = [d.fields["refund"].probabilities for d in engine._read_content_free(rubric, CONTENT_FREE_BY_READING[rubric.reading])]
     expected = mean_distribution([tuple(p[label] for label in ("true", "false")) for p in apart])
     assert max(abs(a - b) for a, b in zip(prepared.content_free["refund"], expected)) < 1e-4
 
