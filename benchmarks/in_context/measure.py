@@ -111,7 +111,7 @@ def main() -> None:
 
     engine = Engine.load(threads=1, persist_heads=False, debias=args.debias)
     context = engine.backend.max_positions
-    print(f"model context {context} positions; debias {engine.options.debias.value if engine.options.debias else "per reading"}; catalog {engine.options.catalog.value}",
+    print(f"model context {context} positions; debias {engine.options.debias.value if engine.options.debias else 'per reading'}; catalog {engine.options.catalog.value}",
           flush=True)
     results, skipped, table = [], [], []
     for name in args.sets.split(","):
