@@ -67,19 +67,23 @@ def accuracy(engine: Engine, data: Path, name: str, limit: int | None) -> dict[s
         kept = [i for i, row in enumerate(rows) if row.gold[field] in offered]
         gold = [rows[i].gold[field] for i in kept]
         reference = [shared_read[i][field].predicted for i in kept]
-        prior = corrections.mean_prior([r[field].probabilities for r in free])
         figures: dict[str, Any] = {"rows": len(kept), "shared": metrics.accuracy(gold, reference)}
-        for method in CORRECTIONS:
-            predicted = [metrics.top_label(corrections.divide(raw[i][field].probabilities, prior, method.strength))
-                         for i in kept]
-            only_shared = sum(r == g and p != g for r, p, g in zip(reference, predicted, gold))
-            only_independent = sum(p == g and r != g for r, p, g in zip(reference, predicted, gold))
-            figures[f"independent_{method.value}"] = {
-                "accuracy": metrics.accuracy(gold, predicted),
-                "macro_f1": metrics.macro_f1(gold, predicted),
-                "only_shared_right": only_shared, "only_independent_right": only_independent,
-                "mcnemar_p": metrics.mcnemar_exact(only_shared, only_independent),
-            }
+        # The prior from every content-free input (the engine's), and from each one alone (cheaper to read).
+        sources = {"": list(range(len(CONTENT_FREE_INPUTS))), **{f"_from_{text}": [index] for index, text in
+                                                                 enumerate(CONTENT_FREE_INPUTS)}}
+        for source, inputs in sources.items():
+            prior = corrections.mean_prior([free[i][field].probabilities for i in inputs])
+            for method in CORRECTIONS if not source else CORRECTIONS[1:]:
+                predicted = [metrics.top_label(corrections.divide(raw[i][field].probabilities, prior, method.strength))
+                             for i in kept]
+                only_shared = sum(r == g and p != g for r, p, g in zip(reference, predicted, gold))
+                only_independent = sum(p == g and r != g for r, p, g in zip(reference, predicted, gold))
+                figures[f"independent_{method.value}{source}"] = {
+                    "accuracy": metrics.accuracy(gold, predicted),
+                    "macro_f1": metrics.macro_f1(gold, predicted),
+                    "only_shared_right": only_shared, "only_independent_right": only_independent,
+                    "mcnemar_p": metrics.mcnemar_exact(only_shared, only_independent),
+                }
         figures["shared_macro_f1"] = metrics.macro_f1(gold, reference)
         out["fields"][field] = figures
     return out
@@ -100,7 +104,8 @@ TICKET = (
     "Subject: charged twice for my March invoice. Hello, I was billed twice this month ($49 each) for the same "
     "subscription, and my bank shows both charges as settled. I already wrote to you last week and nobody "
     "answered. Please refund the duplicate charge within 12 hours or I will cancel my account and dispute the "
-    "payment with my bank. I have attached both receipts. Thanks, Dana (customer since 2019, team plan)."
+    "payment with my bank. I have attached both receipts and the bank statement. Thanks, Dana (customer since 2019, "
+    "team plan, account 4471)."
 )
 QUESTIONS = (
     "Whether the customer asks for money back", "Whether the customer threatens to cancel",
@@ -129,14 +134,14 @@ def speed(engine: Engine, repeats: int) -> dict[str, Any]:
                                 "independent_passes": decision.stats.forward_passes,
                                 "independent_tokens": decision.stats.tokens_prefilled}
     tokens = len(engine.view.encode(TICKET))
-    for debias in ("none", "content_free_half"):
+    for debias in (None, "none"):  # the reading's default correction (its prior read in the pass), and none
         repeated = six_questions("")
         engine.decide(repeated, TICKET, debias=debias)
         repeated_ms = _median_ms(engine, lambda _, rubric=repeated: rubric, TICKET, repeats, debias=debias)
         # A new set each time: the questions' text changes, so nothing of it is prepared.
         new_ms = _median_ms(engine, lambda index, debias=debias: six_questions(f" (set {index} {debias})"), TICKET,
                             repeats, debias=debias)
-        out["new_question_sets"][debias] = {"input_tokens": tokens, "repeated_ms": round(repeated_ms, 1),
+        out["new_question_sets"][debias or "default"] = {"input_tokens": tokens, "repeated_ms": round(repeated_ms, 1),
                                             "new_ms": round(new_ms, 1), "ratio": round(new_ms / repeated_ms, 2)}
     return out
 
