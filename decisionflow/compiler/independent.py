@@ -9,7 +9,7 @@ read instead as one question per row, every row after the same input:
     user       Input:                                                       } question set
                <the input>                                                  } per request
                Question:                                                    }
-               "key": the question. Allowed: a | b (and descriptions)       } per question: the row's lead,
+               the question. Allowed: a | b (and descriptions)              } per question: the row's lead,
     assistant  {"key": <answer>                                             } then its answer trie
 
 The head names no question, so every question set with the same instructions shares it; the request's
@@ -18,8 +18,8 @@ answer trie are one row that sees the head, the input and itself only. Nothing i
 answer, so no row ever reads another question: a question's distribution is the same alone, among
 others, in any order (up to the number format's rounding: a pass sums its rows in another order).
 
-The seam between `Question:` and a question's text (` "key": ...`) is a boundary no tokenizer merge
-crosses in the vocabularies probed (SmolLM2, Qwen2.5): punctuation, then a space and a quote. It is
+The seam between `Question:` and a question's text is a boundary no tokenizer merge crosses in the
+vocabularies probed (SmolLM2, Qwen2.5): punctuation, then a space and the question's first word. It is
 checked when a rubric is compiled, after inputs that end in the ways that move seams (a space, a
 newline, a quote, a multi-byte character); where it is not a boundary the question gets a user turn of
 its own after the input's (`TURNS`), whose seam is the template's turn marker, a special token. The
@@ -69,17 +69,22 @@ class QuestionLayout:
 
     name: str
     question_prefix: str
-    """Written before a question's catalog entry (its key, question and allowed answers)."""
+    """Written before a question's catalog entry (its question and allowed answers)."""
+    names_key: bool
+    """Whether the question names its key before its text, as a shared catalog does: the answer names it
+    anyway, so the inline layout leaves it out (14 % fewer row tokens on the 28-question presets, no
+    significant accuracy lost against the shared reading: docs/engine.md, "Independent questions")."""
 
 
-INLINE = QuestionLayout("inline", " ")
-TURNS = QuestionLayout("turns", "Fill in this key:\n- ")
+INLINE = QuestionLayout("inline", " ", names_key=False)
+TURNS = QuestionLayout("turns", "Fill in this key:\n- ", names_key=True)
 
 
 def question_text(spec: FieldSpec, rubric: Rubric, catalog: Catalog, layout: QuestionLayout = INLINE) -> str:
-    """A question as its row writes it: its key, its question and its allowed answers, as a shared catalog
-    lists them."""
-    return layout.question_prefix + catalog_entry(spec, rubric.answer_format, rubric.catalog or catalog).removeprefix("- ")
+    """A question as its row writes it: its question and its allowed answers as a shared catalog lists them,
+    after its key where the layout names it."""
+    entry = catalog_entry(spec, rubric.answer_format, rubric.catalog or catalog).removeprefix("- ")
+    return layout.question_prefix + (entry if layout.names_key else entry.removeprefix(f'"{spec.name}": '))
 
 
 def render_independent(tokenizer: Any, rubric: Rubric, layout: QuestionLayout = INLINE) -> tuple[PromptParts, str]:
@@ -117,7 +122,7 @@ def render_independent(tokenizer: Any, rubric: Rubric, layout: QuestionLayout = 
 def question_layout(view: TokenizerView, rubric: Rubric) -> QuestionLayout:
     """INLINE where its seam is a token boundary after every probed input ending, else TURNS."""
     parts, template = render_independent(view.tokenizer, rubric, INLINE)
-    row = template.replace(_QUESTION, ' "key": A question.').removesuffix(_OPEN)
+    row = template.replace(_QUESTION, ' A question.').removesuffix(_OPEN)
     for ending in SEAM_PROBES:
         before = view.encode(ending + parts.tail)
         after = view.suffix_after(view.encode(parts.tail), parts.tail, row)
