@@ -20,6 +20,8 @@ content-free priors it holds are one of the sources.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -341,7 +343,7 @@ class PreparedRubrics:
         with prepared.prior_lock:
             if prepared.content_free is None:
                 began = time.perf_counter()
-                stored = store.load_prior(prepared.compiled.head_tokens, self.prior_identity(rubric))
+                stored = store.load_prior(prepared.compiled.head_tokens, self.prior_identity(prepared, rubric))
                 if stored is None:
                     return False
                 prepared.content_free, prepared.prior_source = stored, "disk"
@@ -355,7 +357,7 @@ class PreparedRubrics:
                 return
             prepared.content_free, prepared.prior_source, prepared.prior_ms = dict(priors), "pass", 0.0
             if self.store is not None:
-                self.store.save_prior(prepared.compiled.head_tokens, self.prior_identity(rubric), prepared.content_free)
+                self.store.save_prior(prepared.compiled.head_tokens, self.prior_identity(prepared, rubric), prepared.content_free)
 
     def content_free_prior(
         self, prepared: PreparedRubric, rubric: Rubric, *, checkpoint: Checkpoint | None = None,
@@ -368,7 +370,7 @@ class PreparedRubrics:
             if prepared.content_free is None:
                 self.ensure_head(prepared, checkpoint=checkpoint)  # first, so that the prior's time is its own reading only
                 began = time.perf_counter()
-                head_tokens, identity = prepared.compiled.head_tokens, self.prior_identity(rubric)
+                head_tokens, identity = prepared.compiled.head_tokens, self.prior_identity(prepared, rubric)
                 store = self.store
                 stored = store.load_prior(head_tokens, identity) if store is not None else None
                 if stored is not None:
@@ -390,9 +392,17 @@ class PreparedRubrics:
                     store.save_prior(head_tokens, identity, priors)
         return prepared.content_free
 
-    def prior_identity(self, rubric: Rubric) -> dict[str, Any]:
-        """What a rubric's content-free priors depend on besides its head, the model and the dtype."""
-        return {"inputs": list(CONTENT_FREE_BY_READING[rubric.reading]), "prepared": list(self.key(rubric))}
+    def prior_identity(self, prepared: PreparedRubric, rubric: Rubric) -> dict[str, Any]:
+        """What a rubric's content-free priors depend on besides its head, the model and the dtype: the
+        inputs read and the tokens that read them (each input's request, every field's row), so that a prior
+        stored before a change to how a rubric is written out is never read for the new prompt."""
+        compiled = prepared.compiled
+        inputs = CONTENT_FREE_BY_READING[rubric.reading]
+        reading = {"requests": [compiled.request_tokens(text) for text in inputs],
+                   "rows": {name: [field.row_tokens, field.row_parents, field.read_positions]
+                            for name, field in compiled.fields.items()}}
+        digest = hashlib.sha256(json.dumps(reading, separators=(",", ":")).encode()).hexdigest()
+        return {"inputs": list(inputs), "prepared": list(self.key(rubric)), "tokens": digest}
 
 
 def _distinct_head_bytes(entries: Any) -> int:

@@ -48,6 +48,10 @@ QUESTIONS = {
 }
 """The questions of docs/decisions.md's example, so the suite prepares their rubric once."""
 
+# The route packs a question's row with other rows than a direct call does (the content-free prior, other
+# requests): float32 sums them in another order, a few parts in a million.
+PASS_ROUNDING = 1e-5
+
 
 @pytest.fixture(scope="module")
 def decisions(engine: Engine) -> DecisionflowDecisions:
@@ -75,9 +79,9 @@ def test_every_question_type_is_answered_as_the_engine_answers_the_converted_rub
     asked = question_set(QUESTIONS)
     decision = engine.decide(asked.rubric, TICKET)
     fields = {qid: decision.fields[asked.field_of[qid]] for qid in QUESTIONS}
-    assert refund.noul == fields["refund"].probabilities["true"]
+    assert refund.noul == pytest.approx(fields["refund"].probabilities["true"], abs=PASS_ROUNDING)
     assert set(team.probabilities) == set(QUESTIONS["team"].criteria)
-    assert team.probabilities == fields["team"].probabilities
+    assert team.probabilities == pytest.approx(fields["team"].probabilities, abs=PASS_ROUNDING)
     assert sum(team.probabilities.values()) == pytest.approx(1, abs=1e-6)
     assert team.confidence == team.probabilities[team.choice] == max(team.probabilities.values())
     # The readings are real: the ticket is about an invoice.
@@ -86,7 +90,7 @@ def test_every_question_type_is_answered_as_the_engine_answers_the_converted_rub
     assert set(frustration.probabilities) == {0, 1, 2}
     assert sum(frustration.probabilities.values()) == pytest.approx(1, abs=1e-6)
     assert frustration.score == pytest.approx(sum(level * p for level, p in frustration.probabilities.items()), abs=1e-9)
-    assert frustration.score == pytest.approx(fields["frustration"].expected_value, abs=1e-12)
+    assert frustration.score == pytest.approx(fields["frustration"].expected_value, abs=PASS_ROUNDING)
     assert frustration.confidence == max(frustration.probabilities.values())
 
     # Usage: what the model read (head, input, question rows), nothing generated. The head was prefilled for
@@ -126,14 +130,14 @@ def test_an_answer_does_not_move_with_the_questions_beside_it(engine, decisions,
     for qid in QUESTIONS:
         assert _gap(reordered.answers[qid], together.answers[qid]) < 1e-4, qid
     # Usage is what the model read. Alone, a question reads the head, the input and its own row; together,
-    # the questions read the head and the input once, their rows packed as a tree that reads the opening
-    # tokens every question's turn shares once.
+    # the questions read the head and the input once, their rows packed as a tree that reads once any
+    # opening tokens the rows share (none here: each row opens with its own question).
     compiled, _ = engine.compile(question_set(QUESTIONS).rubric)
     head, request = len(compiled.head_tokens), len(compiled.request_tokens(TICKET))
     rows = {qid: compiled.fields[name].row_length for qid, name in question_set(QUESTIONS).field_of.items()}
     for qid, response in alone.items():
         assert response.usage["input_tokens"] == head + request + rows[qid], qid
-    assert max(rows.values()) < together.usage["input_tokens"] - head - request < sum(rows.values())
+    assert max(rows.values()) < together.usage["input_tokens"] - head - request <= sum(rows.values())
     # The second request of a question set finds the head in the engine's cache.
     assert reordered.usage == {**together.usage, "input_token_details": {"cache_read": head}}
 

@@ -193,3 +193,32 @@ def test_both_vocabularies_take_the_inline_layout_and_the_turns_layout_reads_ind
         alone = engine.decide(Rubric(name="turns", reading="independent", debias="none",
                                      fields={name: QUESTIONS[name]}), TICKET)
         assert gap(alone, together, [name]) < 1e-4
+
+
+def test_a_stored_prior_is_never_read_for_rows_written_another_way(engine: Engine, tmp_path, monkeypatch):
+    """The disk store keys a content-free prior by the tokens that read it, not only by the rubric: after a
+    change to how a question's row is written (here the layout), the old prior is not found."""
+    import torch
+
+    from decisionflow.compiler import independent
+    from decisionflow.runtime.head_store import HeadStore
+    from decisionflow.runtime.prepared import PreparedRubric
+
+    rubric = questions(["refund", "team"])
+    prepared = engine.prepared
+
+    def identity():
+        compiled = prepared.compile(rubric)
+        return compiled, prepared.prior_identity(PreparedRubric(compiled, prepared.plan(rubric, compiled)), rubric)
+
+    inline, inline_identity = identity()
+    assert identity()[1] == inline_identity  # stable for the same rows
+    store = HeadStore(tmp_path, fingerprint="model", dtype=torch.float32)
+    store.save_prior(inline.head_tokens, inline_identity, {"refund": (0.7, 0.3)})
+    assert store.load_prior(inline.head_tokens, inline_identity) == {"refund": (0.7, 0.3)}
+
+    monkeypatch.setattr(independent, "question_layout", lambda view, rubric: independent.TURNS)
+    turns, turns_identity = identity()
+    assert turns.head_tokens == inline.head_tokens  # the same head, and the same rubric key ...
+    assert turns_identity["prepared"] == inline_identity["prepared"]
+    assert store.load_prior(turns.head_tokens, turns_identity) is None  # ... but other rows: no stale prior

@@ -30,6 +30,9 @@ from openai.types.decision import (  # noqa: E402
 pytestmark = [pytest.mark.model, pytest.mark.filterwarnings("ignore:The class `OpenAI.*` is in beta")]
 
 KEY = "decisions-test-key"
+# The route packs a question's row with other rows than a direct call does (the content-free prior, other
+# requests): float32 sums them in another order, a few parts in a million.
+PASS_ROUNDING = 1e-5
 TICKET = "I was charged twice for my March invoice. Please refund the duplicate charge or I will cancel my plan."
 QUESTIONS = [
     {"type": "predicate", "name": "refund", "instructions": "Does the customer ask for money back?"},
@@ -86,9 +89,9 @@ def test_every_answer_kind_is_typed_and_is_what_the_engine_decides(engine, decid
     assert [a.name for a in decided.answers] == [q["name"] for q in QUESTIONS]
     fields, decision = engine_decides(engine, QUESTIONS, TICKET)
 
-    assert refund.probability == pytest.approx(fields["refund"].probabilities["true"], abs=1e-6)
+    assert refund.probability == pytest.approx(fields["refund"].probabilities["true"], abs=PASS_ROUNDING)
     assert [p.value for p in team.probabilities] == ["billing", "technical", "sales"]  # the question's order
-    assert {p.value: p.probability for p in team.probabilities} == pytest.approx(fields["team"].probabilities, abs=1e-6)
+    assert {p.value: p.probability for p in team.probabilities} == pytest.approx(fields["team"].probabilities, abs=PASS_ROUNDING)
     assert sum(p.probability for p in team.probabilities) == pytest.approx(1, abs=1e-6)
     assert team.choice == max(team.probabilities, key=lambda p: p.probability).value == fields["team"].value
     assert team.confidence == max(p.probability for p in team.probabilities)
@@ -99,13 +102,13 @@ def test_every_answer_kind_is_typed_and_is_what_the_engine_decides(engine, decid
     assert [type(p.value) for p in spam.probabilities] == [bool, bool, str]
     by_label = {"true": True, "false": False, "maybe": "maybe"}
     assert {by_label[label]: p for label, p in fields["spam"].probabilities.items()} == pytest.approx(
-        {p.value: p.probability for p in spam.probabilities}, abs=1e-6)
+        {p.value: p.probability for p in spam.probabilities}, abs=PASS_ROUNDING)
     assert spam.choice == by_label[fields["spam"].value] and type(spam.choice) is type(by_label[fields["spam"].value])
 
     levels = frustration.probabilities
     assert [(p.value, p.label) for p in levels] == [(0, "Calm"), (1, "Concerned"), (2, "Angry")]
     assert frustration.score == pytest.approx(sum(p.value * p.probability for p in levels), abs=1e-9)
-    assert frustration.score == pytest.approx(fields["frustration"].expected_value, abs=1e-6)
+    assert frustration.score == pytest.approx(fields["frustration"].expected_value, abs=PASS_ROUNDING)
     assert frustration.confidence == max(p.probability for p in levels)
 
     usage = decided.usage  # what the model read: the head, the input and every question's row
@@ -214,9 +217,9 @@ TOOL_QUESTIONS = [
 def test_tool_calls_and_their_outputs_are_read_as_a_transcript(engine, client, model):
     decided = client.decisions.create(model=model, input=TRANSCRIPT, questions=TOOL_QUESTIONS)
     fields, _ = engine_decides(engine, TOOL_QUESTIONS, TRANSCRIPT)
-    assert decided.answers[0].probability == pytest.approx(fields["refunded"].probabilities["true"], abs=1e-6)
+    assert decided.answers[0].probability == pytest.approx(fields["refunded"].probabilities["true"], abs=PASS_ROUNDING)
     assert {p.value: p.probability for p in decided.answers[1].probabilities} == pytest.approx(
-        fields["team"].probabilities, abs=1e-6)
+        fields["team"].probabilities, abs=PASS_ROUNDING)
     parsed = parse_decision_request({"model": "m", "input": TRANSCRIPT, "questions": TOOL_QUESTIONS})
     assert parsed.input == [
         {"role": "system", "content": "You are a support agent for an online shop."},
@@ -425,15 +428,15 @@ def test_langchain_openai_decisions_reads_the_answers(port, model, decided):
     response = lc.invoke({"input": TICKET, "questions": questions})
     assert response.model == model and response.request_id
     refund, team, spam, frustration = decided.answers
-    assert response.predicates["refund"].probability == pytest.approx(refund.probability, abs=1e-6)
+    assert response.predicates["refund"].probability == pytest.approx(refund.probability, abs=PASS_ROUNDING)
     assert response.choices["team"].choice == team.choice
-    assert response.choices["spam"].probabilities == pytest.approx({p.value: p.probability for p in spam.probabilities}, abs=1e-6)
+    assert response.choices["spam"].probabilities == pytest.approx({p.value: p.probability for p in spam.probabilities}, abs=PASS_ROUNDING)
     assert set(response.choices["spam"].probabilities) == {True, False, "maybe"}
-    assert response.scores["frustration"].score == pytest.approx(frustration.score, abs=1e-6)
+    assert response.scores["frustration"].score == pytest.approx(frustration.score, abs=PASS_ROUNDING)
     assert response.scores["frustration"].legend == {0: "Calm", 1: "Concerned", 2: "Angry"}
     assert response.usage.input_tokens > 0 and response.usage.output_tokens == 0
     later = asyncio.run(lc.ainvoke({"input": TICKET, "questions": questions}))
-    assert later.predicates["refund"].probability == pytest.approx(refund.probability, abs=1e-6)
+    assert later.predicates["refund"].probability == pytest.approx(refund.probability, abs=PASS_ROUNDING)
 
 
 def test_langchain_openai_classifier_sends_messages_and_tool_calls_natively(engine, port, model):
@@ -455,9 +458,9 @@ def test_langchain_openai_classifier_sends_messages_and_tool_calls_natively(engi
     assert set(response.answers) == set(questions)
     sent = _to_classifier_questions(questions)
     fields, decision = engine_decides(engine, sent, _to_classifier_input(state))
-    assert response.nouls["delivered"].noul == pytest.approx(fields["delivered"].probabilities["true"], abs=1e-6)
-    assert response.choices["team"].probabilities == pytest.approx(fields["team"].probabilities, abs=1e-6)
-    assert response.scores["tone"].score == pytest.approx(fields["tone"].expected_value, abs=1e-6)
+    assert response.nouls["delivered"].noul == pytest.approx(fields["delivered"].probabilities["true"], abs=PASS_ROUNDING)
+    assert response.choices["team"].probabilities == pytest.approx(fields["team"].probabilities, abs=PASS_ROUNDING)
+    assert response.scores["tone"].score == pytest.approx(fields["tone"].expected_value, abs=PASS_ROUNDING)
     assert response.usage["input_tokens"] == decision.stats.head_tokens + decision.stats.tokens_prefilled
 
 
