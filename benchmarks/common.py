@@ -50,7 +50,7 @@ def machine() -> dict[str, Any]:
     import transformers
 
     from decisionflow.bench.runner import CPU_FLAGS
-    from decisionflow.runtime.loading import cpu_flags, cpu_model
+    from decisionflow.runtime.model.loading import cpu_flags, cpu_model
 
     return {
         "cpu": cpu_model(),

@@ -436,7 +436,7 @@ def check_engine(report: Report, device: Any, model: Any, vocabulary: Any) -> No
     import torch
 
     from decisionflow.bench.presets import first_fields, load_preset
-    from decisionflow.runtime.loading import LoadedModel
+    from decisionflow.runtime.model.loading import LoadedModel
     from decisionflow.spec.rubric import Rubric
 
     preset = load_preset("support_triage")
@@ -500,9 +500,9 @@ def time_engine(report: Report, device: Any, model: Any, vocabulary: Any) -> Non
 
     from decisionflow.baselines.generation import canonical_object_tokens
     from decisionflow.bench.presets import first_fields, load_preset
-    from decisionflow.runtime import backend as backend_module
-    from decisionflow.runtime.backend import PackedPass, RequestContext
-    from decisionflow.runtime.loading import LoadedModel
+    from decisionflow.runtime.model.loading import LoadedModel
+    from decisionflow.runtime.passes import backend as backend_module
+    from decisionflow.runtime.passes.backend import PackedPass, RequestContext
 
     repeats = 1 if ARGS.smoke else ARGS.repeats
     preset = load_preset("support_triage")

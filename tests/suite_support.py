@@ -24,7 +24,7 @@ def shared_data() -> Path | None:
 def packed_and_alone(engine, compiled, text: str):
     """Run one request's input and every field's row in one packed pass; return, per read position,
     the packed log-probs and the same log-probs from a plain forward over the row's path alone."""
-    from decisionflow.runtime.backend import PackedPass, RequestContext
+    from decisionflow.runtime.passes.backend import PackedPass, RequestContext
 
     head = engine.backend.prefill_head(list(compiled.head_tokens))
     request = compiled.request_tokens(text)

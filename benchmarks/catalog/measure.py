@@ -23,8 +23,8 @@ from decisionflow.compiler import Catalog
 from decisionflow.quality import corrections, metrics
 from decisionflow.quality.labelled import load_labelled, offered_labels, select_rows
 from decisionflow.quality.readings import read_rows
-from decisionflow.runtime.debias import CONTENT_FREE_INPUTS
 from decisionflow.runtime.engine import Engine, EngineOptions
+from decisionflow.runtime.readout.debias import CONTENT_FREE_INPUTS
 from decisionflow.spec.references import shipped_workflow
 from decisionflow.spec.rubric import Debias
 from decisionflow.spec.yaml_rubric import load_rubric

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import ROOT, write_results
-from decisionflow.runtime.loading import cache_root
+from decisionflow.runtime.model.loading import cache_root
 
 TEXTS = {
     "support_triage": ROOT / "decisionflow" / "bench" / "data" / "support_ticket.txt",

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import ROOT, write_results
-from decisionflow.runtime import backend, forward
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.ops import TorchOps
+from decisionflow.runtime.passes import backend, forward
+from decisionflow.runtime.passes.ops import TorchOps
 from decisionflow.spec import load_rubric
 
 TEXTS = [

@@ -12,7 +12,7 @@ few rows against the engine's own `debias="content_free"` readout). Stored runs 
 interrupted run resumes where it stopped.
 
 - content-free priors: the field's raw distribution for each content-free input of
-  `runtime.debias.CONTENT_FREE_INPUTS`, alone and averaged.
+  `runtime.readout.debias.CONTENT_FREE_INPUTS`, alone and averaged.
 - domain priors: cross-fitted: the rows are split into `--folds` seeded folds, and a row's prior is
   the mean raw distribution over the *other* folds' rows (labels unused; for CLINC150 these include
   its out-of-scope rows, as unlabelled traffic would). Smaller unlabelled samples are drawn from the
@@ -47,7 +47,7 @@ from decisionflow.quality.labelled import LabelledRow, load_labelled, select_row
 from decisionflow.quality.readings import read_rows
 from decisionflow.quality.significance import paired_difference
 from decisionflow.quality.variants import choice_labels, cyclic_orders, minimal_rubric, reordered_rubric
-from decisionflow.runtime.debias import CONTENT_FREE_INPUTS
+from decisionflow.runtime.readout.debias import CONTENT_FREE_INPUTS
 from decisionflow.spec.rubric import Debias, Rubric
 from decisionflow.spec.yaml_rubric import load_rubric
 

@@ -26,14 +26,14 @@ import torch
 
 from benchmarks.common import DATA, ROOT, SETS, interleaved_medians, read_csv, subsample
 from decisionflow.fitting import fit_heads
-from decisionflow.runtime.heads import DEFAULT_LAYERS, ZERO_SHOT_FLOOR
+from decisionflow.runtime.heads.fitted import DEFAULT_LAYERS, ZERO_SHOT_FLOOR
 
 LAYERS = (-1, -2, -4, -6, -8, -10, -12, -16, -20)
 
 
 def collect(engine, name: str, split: str, cache: Path, *, with_means: bool = True) -> dict:
     """Per row: hidden states at LAYERS, the input mean at LAYERS, zero-shot distribution, gold."""
-    from decisionflow.runtime.backend import PackedPass, RequestContext
+    from decisionflow.runtime.passes.backend import PackedPass, RequestContext
     from decisionflow.spec import load_rubric
 
     path = cache / f"{name}-{split}.pt"

@@ -93,7 +93,7 @@ def evaluate(name: str, scratch: Path, variant: str) -> dict[str, Any]:
 def overhead(engine: Any, name: str, scratch: Path, *, requests: int = 40, repeats: int = 5) -> dict[str, Any]:
     """Per-request latency with the heads fitted with and without the mean member, interleaved (same texts)."""
     from benchmarks.common import interleaved_medians, read_csv
-    from decisionflow.runtime.heads import Heads
+    from decisionflow.runtime.heads.fitted import Heads
     from decisionflow.spec import load_rubric
 
     rubric_path, _, _ = SETS[name]
@@ -110,7 +110,7 @@ def overhead(engine: Any, name: str, scratch: Path, *, requests: int = 40, repea
 def read_cost(engine: Any, name: str, *, rows: int = 300, repeats: int = 2) -> dict[str, Any]:
     """Seconds to read `rows` training rows as the fit reads them, with and without the input means."""
     from benchmarks.common import read_csv
-    from decisionflow.runtime.heads import DEFAULT_LAYERS, DEFAULT_MEAN_LAYERS
+    from decisionflow.runtime.heads.fitted import DEFAULT_LAYERS, DEFAULT_MEAN_LAYERS
     from decisionflow.spec import load_rubric
 
     rubric_path, field, column = SETS[name]

@@ -45,7 +45,7 @@ from benchmarks.common import DATA, SETS, read_csv, write_results
 from benchmarks.heads.measure import collect, layer_slices
 from decisionflow.fitting.head_fit import FUSION_START, _fused, _fusion
 from decisionflow.quality.metrics import mcnemar_exact
-from decisionflow.runtime.heads import ZERO_SHOT_FLOOR
+from decisionflow.runtime.heads.fitted import ZERO_SHOT_FLOOR
 
 SHIPPED = ("H:-1,-8", "W:10", "Z")
 VARIANTS = (
@@ -91,7 +91,7 @@ def _layers(text: str) -> tuple[int, ...]:
 def _word_matrices(name: str, labels: tuple[str, ...]) -> tuple[Any, Any]:
     """(train, dev) word vectors of a set's rows, as the fit builds them (its lexicon fitted on the training rows)."""
     from decisionflow.fitting.lexical import fit_lexicon, word_matrix
-    from decisionflow.runtime.lexical import lexical_text
+    from decisionflow.runtime.heads.lexical import lexical_text
 
     _, _, column = SETS[name]
     texts = {split: [lexical_text(r["text"]) for r in read_csv(DATA / name / f"{split}.csv") if r[column] in labels]

@@ -27,8 +27,8 @@ from decisionflow.bench.presets import load_preset
 from decisionflow.quality import corrections, metrics
 from decisionflow.quality.labelled import load_labelled, select_rows
 from decisionflow.quality.readings import read_all_fields
-from decisionflow.runtime.debias import CONTENT_FREE_INPUTS
 from decisionflow.runtime.engine import Engine
+from decisionflow.runtime.readout.debias import CONTENT_FREE_INPUTS
 from decisionflow.spec.references import shipped_workflow
 from decisionflow.spec.rubric import Debias, Rubric
 from decisionflow.spec.yaml_rubric import load_rubric

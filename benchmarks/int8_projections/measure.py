@@ -33,7 +33,7 @@ DEV_LIMIT = {"banking77": 400, "clinc150": 400}
 def quantize_projections(model, variant: str) -> None:
     """Give every decoder projection (but the down projection under `per_token_no_down`) int8 weights and
     route its products through them."""
-    from decisionflow.runtime import decoder
+    from decisionflow.runtime.passes import decoder
 
     skipped = {id(layer.mlp.down_proj) for layer in model.model.layers} if variant == "per_token_no_down" else set()
     for module in model.model.layers.modules():

@@ -10,8 +10,8 @@ import time
 
 from decisionflow.bench.presets import default_data_dir
 from decisionflow.bench.workloads import build_workloads
-from decisionflow.runtime.decoder import is_packed, pack_for_cpu
 from decisionflow.runtime.engine import Engine
+from decisionflow.runtime.passes.decoder import is_packed, pack_for_cpu
 
 WORKLOADS = ("support_triage", "high_cardinality_255", "model_routing_route")
 

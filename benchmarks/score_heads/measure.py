@@ -93,7 +93,7 @@ def split_rows(folder: Path, name: str) -> dict[str, list[dict[str, str]]]:
 
 def collect(engine, rubric, rows: list[dict[str, str]], path: Path) -> dict:
     """Per row: the default layers' hidden states at the score's answer position, zero-shot, gold."""
-    from decisionflow.runtime.heads import DEFAULT_LAYERS
+    from decisionflow.runtime.heads.fitted import DEFAULT_LAYERS
 
     if path.is_file():
         return torch.load(path)
@@ -114,7 +114,7 @@ def collect(engine, rubric, rows: list[dict[str, str]], path: Path) -> dict:
 
 def field_data(data: dict, rows: list[int], label_count: int):
     from decisionflow.fitting.head_fit import FieldData
-    from decisionflow.runtime.heads import zero_shot_features
+    from decisionflow.runtime.heads.fitted import zero_shot_features
 
     out = FieldData()
     for i in rows:
@@ -203,7 +203,7 @@ def main() -> None:
 
     from decisionflow import Engine
     from decisionflow.fitting.head_fit import MIN_ROWS_PER_LABEL, REGULARISATION_GRID, fit_field
-    from decisionflow.runtime.heads import DEFAULT_LAYERS
+    from decisionflow.runtime.heads.fitted import DEFAULT_LAYERS
     from decisionflow.spec import load_rubric
 
     args.cache.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Unavailable
-from ..runtime.loading import bundled_gguf, cpu_flags
+from ..runtime.model.loading import bundled_gguf, cpu_flags
 from ..spec.rubric import Rubric
 from .generation import MethodResult, canonical_object_tokens, parse_answer
 from .grammar import _prompt_without_opener, json_schema

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from ..errors import Unavailable
-from ..runtime.loading import cache_root
+from ..runtime.model.loading import cache_root
 from ..spec.rubric import AnswerFormat, FieldKind, Rubric, Value
 from .generation import MethodResult, check_value
 

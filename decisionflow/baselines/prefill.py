@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from ..compiler.tree import tree_depths
-from ..runtime.backend import tree_visibility
-from ..runtime.readout import read_field
+from ..runtime.passes.backend import tree_visibility
+from ..runtime.readout.readout import read_field
 from ..spec.rubric import Value
 from .generation import MethodResult
 

@@ -277,7 +277,7 @@ class Floor:
 
 
 def _floor_calls(engine: Any, workload: Workload) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    from ..runtime.backend import PackedPass, RequestContext
+    from ..runtime.passes.backend import PackedPass, RequestContext
 
     compiled, _ = engine.compile(workload.rubric)
     request = compiled.request_tokens(workload.payload)
@@ -451,7 +451,7 @@ def _summarise(
 
 def model_implementation(model: Any) -> str:
     """Which modules decisionflow's methods ran on: its own decoder (packed for oneDNN or not) or transformers'."""
-    from ..runtime.decoder import DecoderModel, is_packed
+    from ..runtime.passes.decoder import DecoderModel, is_packed
 
     if not isinstance(model, DecoderModel):
         return f"transformers {type(model).__name__}"
@@ -466,7 +466,7 @@ def conditions(engine: Any, *, threads: int, dtype: str, repeats: int, slow_repe
     import torch
     import transformers
 
-    from ..runtime.loading import cpu_flags, cpu_model
+    from ..runtime.model.loading import cpu_flags, cpu_model
 
     flags = [flag for flag in CPU_FLAGS if flag in cpu_flags()]
     versions: dict[str, str] = {"torch": torch.__version__, "transformers": transformers.__version__}

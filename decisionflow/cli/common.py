@@ -150,7 +150,7 @@ NoCalibrationOption = Annotated[
 def chosen_calibration(rubric_ref: str, path: Path | None, off: bool = False) -> tuple[Any, Path | None]:
     """The calibration a command applies, and its file: none with `off`, `path` when given (it must
     exist), else the one saved beside a YAML rubric, else none."""
-    from ..runtime.calibration import Calibration
+    from ..runtime.readout.calibration import Calibration
 
     if off:
         if path is not None:
@@ -180,7 +180,7 @@ def chosen_heads(rubric_ref: str, path: Path | None, off: bool, rubric: Rubric |
     exist), else the file saved beside a YAML rubric, else none. With `rubric`, heads fitted for another
     rubric (or version, or option set) are refused here, before the model loads and before any check
     of a calibration against them."""
-    from ..runtime.heads import Heads
+    from ..runtime.heads.fitted import Heads
 
     if off:
         if path is not None:

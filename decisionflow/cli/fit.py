@@ -92,7 +92,7 @@ def fit_command(
     """Fit a head per labelled field on the model's hidden states, keep it where it beats the zero-shot
     readout in cross-validation (McNemar p, a score's errors Wilcoxon p, below --significance), and save the heads beside the rubric (`run`, `eval` and `serve` apply them)."""
     from ..fitting.head_fit import fit_examples
-    from ..runtime.heads import Heads
+    from ..runtime.heads.fitted import Heads
 
     err = stderr()
     output = output or saved_beside(err, rubric_ref, "heads", Heads.path_for)

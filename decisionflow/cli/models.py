@@ -31,15 +31,15 @@ def check_model_command(
     through the packed pass the engine takes for MODEL, and again with one plain forward of the model per
     branch (its own causal mask, no packing, no cache); per field, the largest difference of
     log-probabilities and whether the answers agree. Exit 1 past the tolerance."""
-    from ..runtime.decoder import DecoderModel
-    from ..runtime.model_check import check_model
+    from ..runtime.model.model_check import check_model
+    from ..runtime.passes.decoder import DecoderModel
 
     err = stderr()
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, threads=threads, device=device, dtype=dtype, loader=loader))
     reference = None
     if isinstance(engine.loaded.model, DecoderModel):
         # The engine's own decoder has no forward to compare with: the reference is transformers' model.
-        from ..runtime.loading import load_model
+        from ..runtime.model.loading import load_model
 
         with err.status("loading the transformers model for the reference"):
             reference = guarded(ctx, err, lambda: load_model(model, device=device, dtype=dtype, loader="transformers"))

@@ -228,7 +228,7 @@ def calibrate_command(
     from labelled data, and save them beside the rubric."""
     from ..quality.domain_prior import fit_domain_priors
     from ..quality.temperature_fit import fit_calibration
-    from ..runtime.calibration import Calibration
+    from ..runtime.readout.calibration import Calibration
 
     err = stderr()
     if fit_min_mass and min_mass is not None:
@@ -329,7 +329,7 @@ def _debias(name: str | None) -> str | None:
 
 def _existing_calibration(path: Path, rubric: Any) -> Any:
     """The calibration already at `path`, whose other fields are kept; one for another rubric is replaced."""
-    from ..runtime.calibration import Calibration
+    from ..runtime.readout.calibration import Calibration
 
     if not path.is_file():
         return None

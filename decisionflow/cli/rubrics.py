@@ -69,7 +69,7 @@ def long_option_problems(rubric: Rubric, err: Console) -> list[str]:
         return []
     from ..compiler.tokens import TokenizerView
     from ..errors import CompileError, DecisionflowError
-    from ..runtime.loading import load_tokenizer
+    from ..runtime.model.loading import load_tokenizer
 
     try:
         with err.status("loading the tokenizer") as status:
@@ -144,7 +144,7 @@ def add_token_view(data: dict, rubric: Rubric, *, model: str | None, text: str |
     """Extend `plan --json` with what the tokenizer says: rows, their tokens, where each row ends."""
     from ..compiler import DEFAULT_CATALOG, ReadMode, compile_rubric
     from ..compiler.tokens import token_text
-    from ..runtime.loading import load_tokenizer
+    from ..runtime.model.loading import load_tokenizer
 
     with err.status("loading the tokenizer") as status:
         tokenizer = load_tokenizer(model, status=lambda message: status.update(message))

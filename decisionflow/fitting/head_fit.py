@@ -43,7 +43,7 @@ import torch
 
 from ..errors import DataError, DecisionflowError, Unavailable
 from ..runtime.head_store import library_version
-from ..runtime.heads import (
+from ..runtime.heads.fitted import (
     DEFAULT_LAYERS,
     DEFAULT_MEAN_LAYERS,
     Candidate,
@@ -57,7 +57,7 @@ from ..runtime.heads import (
     rubric_fingerprint,
     zero_shot_features,
 )
-from ..runtime.lexical import Lexicon, lexical_text
+from ..runtime.heads.lexical import Lexicon, lexical_text
 from ..spec.declare import rubric_of
 from ..spec.gold import cell_label, gold_label
 from ..spec.kinds import FieldKind

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..runtime.lexical import Lexicon, analyse
+from ..runtime.heads.lexical import Lexicon, analyse
 
 MIN_DOCUMENTS = 2
 """A gram of fewer fitting rows is left out: on BANKING77 keeping every gram (18,424 against 10,114) changed

@@ -51,7 +51,7 @@ from pydantic import Field, PrivateAttr, TypeAdapter, ValidationError, model_val
 
 from ..compiler.inputs import MAX_NESTING, MAX_VALUES
 from ..errors import CompileError, InputError, Problem, RubricError
-from ..runtime.loading import bundled_gguf
+from ..runtime.model.loading import bundled_gguf
 from ..spec.names import field_names
 from ..spec.rubric import FieldKind, FieldSpec, Rubric
 from ..spec.text import shown

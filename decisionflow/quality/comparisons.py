@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..runtime.calibration import Calibration
+from ..runtime.readout.calibration import Calibration
 from ..spec.rubric import Debias, Rubric
 from . import metrics
 from .readings import Progress, Reading, read_rows_and_raw

@@ -21,7 +21,7 @@ import math
 import random
 from typing import Mapping, Sequence
 
-from ..runtime.debias import divide_by_prior
+from ..runtime.readout.debias import divide_by_prior
 
 Distribution = Mapping[str, float]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..errors import DataError
-from ..runtime.calibration import Calibration, FieldCalibration
+from ..runtime.readout.calibration import Calibration, FieldCalibration
 from ..spec.rubric import Debias, Rubric
 from . import corrections, metrics
 from .labelled import offered_labels

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 from ..errors import DataError, DecisionflowError
-from ..runtime.calibration import Calibration, FieldCalibration
+from ..runtime.readout.calibration import Calibration, FieldCalibration
 from ..spec.rubric import Debias, FieldKind, Rubric
 from . import metrics
 from .comparisons import (
@@ -159,7 +159,7 @@ def tfidf_baseline(train: Sequence[LabelledRow], texts: Sequence[Any], gold: Seq
     """A bag of words fitted on `train`'s labelled rows (the n-gram head's features and regression,
     `fitting.lexical`), scored on the evaluated rows beside the readout, with McNemar's exact test."""
     from ..fitting.lexical import fit_lexicon, fit_words, word_matrix
-    from ..runtime.lexical import lexical_text
+    from ..runtime.heads.lexical import lexical_text
 
     labels = list(options)
     fitting = [row for row in train if row.gold.get(field_name) in labels]

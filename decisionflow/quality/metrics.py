@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Hashable, Mapping, Sequence
 
-from ..runtime.calibration import temperature_scale
+from ..runtime.readout.calibration import temperature_scale
 
 DEFAULT_BINS = 10
 LOG_TEMPERATURE_RANGE = (-3.0, 3.0)

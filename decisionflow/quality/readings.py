@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import DecisionflowError
-from ..runtime.calibration import Calibration
+from ..runtime.readout.calibration import Calibration
 from ..runtime.result import FITTED_METHODS
 from ..spec.declare import rubric_of
 from . import metrics

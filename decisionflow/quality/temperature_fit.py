@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from ..runtime.calibration import Calibration, FieldCalibration, temperature_scale
+from ..runtime.readout.calibration import Calibration, FieldCalibration, temperature_scale
 from ..spec.rubric import Debias, Rubric
 from . import metrics
 from .labelled import LabelledRow, offered_labels

@@ -27,15 +27,15 @@ from ..spec.declare import rubric_of, typed_model
 from ..spec.kinds import Reading
 from ..spec.plan import Plan
 from ..spec.rubric import Rubric
-from .backend import DECODER_PATH, TransformersBackend
-from .calibration import Calibration
-from .debias import CONTENT_FREE_BY_READING, Debias, Priors
 from .executor import FreeReading, RequestState, check_fits, execute
 from .head_store import DEFAULT_MAX_BYTES, HeadStore, model_fingerprint, weights_fingerprint
-from .heads import Heads, prompt_fingerprint
-from .loading import LoadedModel, Status, cache_root, load_model
-from .ops import KERNEL_CHOICES
+from .heads.fitted import Heads, prompt_fingerprint
+from .model.loading import LoadedModel, Status, cache_root, load_model
+from .passes.backend import DECODER_PATH, TransformersBackend
+from .passes.ops import KERNEL_CHOICES
 from .prepared import Checkpoint, PreparedRubrics
+from .readout.calibration import Calibration
+from .readout.debias import CONTENT_FREE_BY_READING, Debias, Priors
 from .result import Decision, Stats
 
 Progress = Callable[[int, int], None]
@@ -50,7 +50,7 @@ class EngineOptions:
     """How much of each choice field's options the prompt lists, where the rubric does not say
     (`compiler.prompt.catalog_for`; measured in docs/engine.md)."""
     debias: Debias | None = None
-    """The readout's bias correction (see `runtime.debias`); a rubric, a field or a call may override it.
+    """The readout's bias correction (see `runtime.readout.debias`); a rubric, a field or a call may override it.
     None: the default of each rubric's reading (`debias.DEFAULT_BY_READING`: `content_free_half` shared,
     `content_free` for independent questions), the one that lost accuracy on no development set."""
     kernels: str = "auto"
@@ -122,7 +122,7 @@ class Engine:
         skips the head prefill of a rubric it has seen before.
 
         `debias`: the readout correction for fields whose rubric does not choose one (default
-        `EngineOptions.debias`, see `runtime.debias`).
+        `EngineOptions.debias`, see `runtime.readout.debias`).
 
         `loader`: `auto` reads a checkpoint the engine's own decoder covers without building the
         transformers model (a faster start, the same weights); `transformers` always
@@ -186,7 +186,7 @@ class Engine:
         Every input is checked before any pass runs: the first bad one raises its error, with
         `error.input_index` (and the message) naming it. `calibration` rescales each field's
         distribution and makes fields abstain below its thresholds. `debias` overrides the engine's
-        readout correction for this call (see `runtime.debias`). `heads` (from `fit`, or
+        readout correction for this call (see `runtime.readout.debias`). `heads` (from `fit`, or
         `Heads.load`) answer the fields they were fitted for, in the same passes.
         """
         payloads = _inputs(payloads, "decide_many")
@@ -450,14 +450,14 @@ def backend_for(model: Any, options: EngineOptions) -> Any:
     """The engine's decoder path where it reproduces the model exactly (its own decoder, or a transformers
     model of the Llama, Mistral, Qwen2 or Qwen3 families without sliding windows or other rope types), else
     the model's own forward (`model_forward`)."""
-    from .decoder import DecoderModel, decoder_refusal
+    from .passes.decoder import DecoderModel, decoder_refusal
 
     if isinstance(model, DecoderModel):
         return TransformersBackend(model, kernels=options.kernels)
     config = model.config.to_dict() if hasattr(model.config, "to_dict") else {}
     if not options.model_forward and decoder_refusal(config) is None:
         return TransformersBackend(model, kernels=options.kernels)
-    from .model_forward import ModelForwardBackend
+    from .passes.model_forward import ModelForwardBackend
 
     return ModelForwardBackend(model)
 

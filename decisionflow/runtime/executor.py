@@ -12,7 +12,7 @@ Each round runs as three named phases: `pack_round` (the rows to read, after eac
 tokens), the backend's pass, and `read_round` (distributions, answers, the lines to write next).
 Derived fields are computed in code as soon as the fields they read are settled (`settle_derived`).
 
-With fitted heads (`runtime.heads`), the same pass also hands back the hidden states at each fitted
+With fitted heads (`runtime.heads.fitted`), the same pass also hands back the hidden states at each fitted
 field's answer position, and the field's head turns them (with the zero-shot distribution) into the
 field's answer. A fused head with an input-mean member also reads the hidden states averaged over the
 input's positions: the pass that feeds a request's input averages them on the device as each layer is done
@@ -43,13 +43,13 @@ from ..compiler import CompiledField, CompiledRubric
 from ..errors import ContextLengthError, InputError, ModelError
 from ..spec.plan import Plan, Round
 from ..spec.rubric import FieldKind, FieldSpec, Value, label_of
-from .backend import HeadCache, PackedPass, RequestContext, TransformersBackend
-from .calibration import Calibration
-from .debias import Debias, Priors, mean_distribution
-from .derive import Joint, derive_field
-from .forward import Pool
-from .heads import Heads
-from .readout import FieldReading, gather_index, read_fields
+from .heads.fitted import Heads
+from .passes.backend import HeadCache, PackedPass, RequestContext, TransformersBackend
+from .passes.forward import Pool
+from .readout.calibration import Calibration
+from .readout.debias import Debias, Priors, mean_distribution
+from .readout.derive import Joint, derive_field
+from .readout.readout import FieldReading, gather_index, read_fields
 from .result import FieldResult
 
 JOINT_ANSWERS_SHOWN = 5

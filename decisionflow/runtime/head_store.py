@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .backend import HeadCache
+from .passes.backend import HeadCache
 
 FORMAT = 1
 """Bumped whenever the forward pass could compute different keys or values for the same tokens."""
@@ -57,7 +57,7 @@ ARCHITECTURE_KEYS = (
 def architecture(config: Any) -> dict[str, Any]:
     """What of a model's configuration changes its keys and values, read alike from a transformers
     config and from the engine's own decoder's (so both loaders of one checkpoint share its heads)."""
-    from .decoder import rope_settings
+    from .passes.decoder import rope_settings
 
     if config is None or not hasattr(config, "to_dict"):
         return {"config": repr(config)}

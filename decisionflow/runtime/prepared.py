@@ -34,11 +34,11 @@ from ..errors import CalibrationError
 from ..spec.kinds import Reading
 from ..spec.plan import Plan, make_plan, split_by_tokens
 from ..spec.rubric import Rubric
-from .backend import HeadCache, TransformersBackend
-from .calibration import Calibration
-from .debias import CONTENT_FREE_BY_READING, DEFAULT_BY_READING, Debias, Priors, mean_distribution
 from .head_store import HeadStore
-from .heads import Heads
+from .heads.fitted import Heads
+from .passes.backend import HeadCache, TransformersBackend
+from .readout.calibration import Calibration
+from .readout.debias import CONTENT_FREE_BY_READING, DEFAULT_BY_READING, Debias, Priors, mean_distribution
 from .result import Decision
 
 PreparedKey = tuple[str, str, str, bool | None]

@@ -38,7 +38,7 @@ class FieldResult:
     expected_value: float | None = None
     """Score fields: the probability-weighted mean level."""
     debias: str = "none"
-    """How `probabilities` were debiased: `none`, `content_free`, `content_free_half` or `domain` (see `runtime.debias`)."""
+    """How `probabilities` were debiased: `none`, `content_free`, `content_free_half` or `domain` (see `runtime.readout.debias`)."""
     asked_probability: float | None = None
     """A marginalised field: the probability that it is asked, over its parent's hypotheses."""
     joint: list[dict[str, Any]] | None = None

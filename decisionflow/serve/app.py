@@ -47,7 +47,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Match
 
-from ..runtime.loading import is_hub_id
+from ..runtime.model.loading import is_hub_id
 from .admission import (
     ClientGone,
     DecisionService,

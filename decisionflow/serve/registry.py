@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CalibrationError, DecisionflowError, Problem, RubricError
-from ..runtime.calibration import Calibration
-from ..runtime.heads import Heads, HeadsError
-from ..runtime.heads import describe as describe_head
+from ..runtime.heads.fitted import Heads, HeadsError
+from ..runtime.heads.fitted import describe as describe_head
+from ..runtime.readout.calibration import Calibration
 from ..spec.plan import make_plan
 from ..spec.references import YAML_SUFFIXES, shipped_workflows
 from ..spec.rubric import FieldSpec, Rubric

@@ -15,7 +15,7 @@ as a Python function of the decided fields (`derive(lambda severity, legal_threa
         otherwise: false
 
 A derived field's value is computed as soon as the fields it reads are settled, and its probability
-from their distributions (see `runtime.derive`). Later fields can read it through `after=`/`when=`;
+from their distributions (see `runtime.readout.derive`). Later fields can read it through `after=`/`when=`;
 the model never sees it (it is not a key of the JSON object the model reads).
 """
 

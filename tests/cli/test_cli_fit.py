@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from decisionflow.cli import app
 from decisionflow.fitting import fit_heads
-from decisionflow.runtime.heads import Heads
+from decisionflow.runtime.heads.fitted import Heads
 from decisionflow.runtime.result import FITTED_METHODS
 from decisionflow.spec.yaml_rubric import load_rubric
 
@@ -288,7 +288,7 @@ def test_run_refuses_heads_fitted_for_another_rubric(fitted_project, tmp_path: P
     assert line.startswith(f"error: {Heads.path_for(changed)}: the head of field 'code' was fitted for other answers")
     assert "the rubric adds k3" in line and line.endswith("; fit again (or answer zero-shot with --no-heads)")
     # Named before the model loads, and before a calibration is checked against them: the heads are at fault.
-    from decisionflow.runtime.calibration import Calibration, FieldCalibration
+    from decisionflow.runtime.readout.calibration import Calibration, FieldCalibration
 
     shutil.copy(SENTIMENT, tmp_path / "sentiment.yaml")
     Calibration(rubric="sentiment", fields={"sentiment": FieldCalibration(
@@ -306,7 +306,7 @@ def test_a_calibration_applies_only_to_the_readout_it_was_fitted_on(fitted_proje
     """A temperature fitted on a head's distribution is refused where the field is answered zero-shot
     (`--no-heads`), and one fitted zero-shot where a head answers, before the model loads; a
     calibration fitted under the heads that apply runs."""
-    from decisionflow.runtime.calibration import Calibration, FieldCalibration
+    from decisionflow.runtime.readout.calibration import Calibration, FieldCalibration
 
     rubric, rows, saved = fitted_project
     here = tmp_path / "review.yaml"
@@ -474,7 +474,7 @@ def test_fit_never_saves_over_a_file_that_is_not_a_heads_file(tmp_path: Path):
 
 
 def test_saving_heads_refuses_to_replace_another_file_and_rewrites_its_own(fitted_project, tmp_path: Path):
-    from decisionflow.runtime.heads import HeadsError
+    from decisionflow.runtime.heads.fitted import HeadsError
 
     _, _, saved = fitted_project
     heads = Heads.load(saved)

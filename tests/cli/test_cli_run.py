@@ -177,7 +177,7 @@ def test_either_loader_gives_the_same_decision_and_an_unknown_one_is_one_line():
 
 
 def test_run_applies_a_calibration_file_given_by_name_and_says_so(tmp_path):
-    from decisionflow.runtime.calibration import Calibration, FieldCalibration
+    from decisionflow.runtime.readout.calibration import Calibration, FieldCalibration
 
     path = tmp_path / "flat.calibration.json"
     Calibration(rubric="sentiment", fields={"sentiment": FieldCalibration(temperature=4.0)}).save(path)

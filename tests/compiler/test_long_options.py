@@ -12,9 +12,9 @@ import pytest
 from decisionflow.compiler import ReadMode, TokenizerView, compile_rubric
 from decisionflow.compiler.trie import MAX_OPTION_TOKENS, TrieNode, _flat_trie
 from decisionflow.errors import CompileError
-from decisionflow.runtime.debias import Debias
 from decisionflow.runtime.engine import Engine, EngineOptions
-from decisionflow.runtime.model_forward import PlainForwardBackend
+from decisionflow.runtime.passes.model_forward import PlainForwardBackend
+from decisionflow.runtime.readout.debias import Debias
 from decisionflow.spec.rubric import Rubric
 
 pytestmark = pytest.mark.model

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from decisionflow.errors import InputError, RubricError
 from decisionflow.integrations.langchain import BUNDLED_PREFIX, DecisionflowDecisions, decision_input, question_set
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.loading import bundled_gguf
+from decisionflow.runtime.model.loading import bundled_gguf
 from decisionflow.spec.rubric import Rubric
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from kernel_checks import DEVICE, assert_rounds_like, reference, rotary_kernel
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from decisionflow.runtime.ops import apply_rotary
+from decisionflow.runtime.passes.ops import apply_rotary
 
 pytestmark = pytest.mark.triton
 

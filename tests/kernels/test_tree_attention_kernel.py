@@ -8,8 +8,8 @@ import torch
 from kernel_checks import DEVICE, reference, tree_attention_kernel, tree_spans
 from tree_cases import ancestry_mask, packed_tree, sdpa_over_mask
 
-from decisionflow.runtime.backend import tree_visibility
-from decisionflow.runtime.branch_attention import branch_attention, fold_mask
+from decisionflow.runtime.passes.backend import tree_visibility
+from decisionflow.runtime.passes.branch_attention import branch_attention, fold_mask
 
 pytestmark = pytest.mark.triton
 

@@ -7,7 +7,7 @@ import torch
 from kernel_checks import reference, tree_spans
 from tree_cases import ancestry_mask, packed_tree
 
-from decisionflow.runtime.backend import tree_visibility
+from decisionflow.runtime.passes.backend import tree_visibility
 
 CONTEXTS = [[0], [5, 0, 3], [9, 2], [70], [3, 1, 4, 1, 5, 9]]
 

@@ -13,8 +13,8 @@ from decisionflow.errors import DataError
 from decisionflow.quality import corrections, metrics
 from decisionflow.quality.significance import paired_difference
 from decisionflow.quality.variants import cyclic_orders, minimal_rubric, reordered_rubric
-from decisionflow.runtime.calibration import Calibration, FieldCalibration
-from decisionflow.runtime.debias import divide_by_prior
+from decisionflow.runtime.readout.calibration import Calibration, FieldCalibration
+from decisionflow.runtime.readout.debias import divide_by_prior
 from decisionflow.spec.rubric import Debias
 from decisionflow.spec.yaml_rubric import load_rubric
 

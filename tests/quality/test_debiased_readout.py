@@ -17,7 +17,7 @@ from decisionflow.quality import corrections, metrics
 from decisionflow.quality.domain_prior import fit_domain_priors
 from decisionflow.quality.labelled import load_labelled
 from decisionflow.quality.temperature_fit import fit_calibration
-from decisionflow.runtime.calibration import Calibration, temperature_scale
+from decisionflow.runtime.readout.calibration import Calibration, temperature_scale
 from decisionflow.spec.rubric import Debias
 from decisionflow.spec.yaml_rubric import load_rubric
 

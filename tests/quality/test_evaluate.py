@@ -29,7 +29,7 @@ from decisionflow.quality.labelled import (
     resolve_fields,
     select_rows,
 )
-from decisionflow.runtime.calibration import Calibration
+from decisionflow.runtime.readout.calibration import Calibration
 from decisionflow.spec.yaml_rubric import load_rubric
 
 REPO = Path(__file__).resolve().parents[2]

@@ -146,7 +146,7 @@ def test_calibrating_a_derived_field_is_refused_before_the_model_loads(tmp_path,
 
 def test_a_calibration_holding_a_derived_field_is_refused():
     from decisionflow.errors import CalibrationError
-    from decisionflow.runtime.calibration import Calibration, FieldCalibration
+    from decisionflow.runtime.readout.calibration import Calibration, FieldCalibration
 
     rubric = loads_rubric(DERIVED_YAML)
     calibration = Calibration(rubric="queueing", fields={"queue": FieldCalibration(temperature=0.5)})

@@ -98,7 +98,7 @@ def test_fit_temperature_sharpens_an_underconfident_model_and_keeps_winners():
     gold = ["x", "y", "x"]
     temperature = fit_temperature(distributions, gold)
     assert temperature < 1.0
-    from decisionflow.runtime.calibration import temperature_scale
+    from decisionflow.runtime.readout.calibration import temperature_scale
 
     for distribution in distributions:
         scaled = dict(zip(distribution, temperature_scale(tuple(distribution.values()), temperature)))
@@ -127,7 +127,7 @@ def test_best_abstention_threshold():
 def test_a_temperature_at_either_end_of_its_search_is_warned_about():
     from decisionflow.quality.metrics import LOG_TEMPERATURE_RANGE
     from decisionflow.quality.temperature_fit import FieldFit
-    from decisionflow.runtime.calibration import FieldCalibration
+    from decisionflow.runtime.readout.calibration import FieldCalibration
 
     def fit(temperature: float, after_head: bool = False) -> FieldFit:
         return FieldFit(field="team", rows=40, settings=FieldCalibration(temperature=temperature, after_head=after_head),

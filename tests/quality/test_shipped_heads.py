@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from decisionflow.cli import app
 from decisionflow.quality.labelled import load_labelled
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.heads import Heads
+from decisionflow.runtime.heads.fitted import Heads
 from decisionflow.spec.yaml_rubric import load_rubric
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"

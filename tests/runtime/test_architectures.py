@@ -14,7 +14,7 @@ from suite_support import packed_and_alone
 from decisionflow.compiler import LAYOUTS
 from decisionflow.errors import ModelError
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.loading import LoadedModel, check_supported
+from decisionflow.runtime.model.loading import LoadedModel, check_supported
 from decisionflow.spec.rubric import Rubric
 
 RUBRIC = Rubric.model_validate({

@@ -10,7 +10,7 @@ import pytest
 import torch
 from packaging.version import Version
 
-from decisionflow.runtime import branch_attention as ba
+from decisionflow.runtime.passes import branch_attention as ba
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from decisionflow.errors import CalibrationError, RubricError
-from decisionflow.runtime.calibration import Calibration, FieldCalibration
+from decisionflow.runtime.readout.calibration import Calibration, FieldCalibration
 
 
 def calibration(**settings: FieldCalibration) -> Calibration:
@@ -51,7 +51,7 @@ def test_the_server_refuses_a_calibration_for_another_readout_at_startup(tmp_pat
 
 
 def test_without_heads_keeps_what_reads_the_zero_shot_readout():
-    from decisionflow.runtime.calibration import Calibration, FieldCalibration
+    from decisionflow.runtime.readout.calibration import Calibration, FieldCalibration
 
     headed = FieldCalibration(temperature=0.4, min_probability=0.6, min_candidate_mass=0.2, labels=("k1", "k2"),
                               prior=(0.3, 0.7), debias="domain", after_head=True)

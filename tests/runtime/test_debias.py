@@ -7,7 +7,7 @@ import math
 import pytest
 
 from decisionflow.errors import CalibrationError
-from decisionflow.runtime.debias import CONTENT_FREE_INPUTS, divide_by_prior
+from decisionflow.runtime.readout.debias import CONTENT_FREE_INPUTS, divide_by_prior
 from decisionflow.spec.rubric import Rubric
 
 REVIEW = "the cast is wonderful but the plot drags on forever"

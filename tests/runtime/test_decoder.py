@@ -1,4 +1,4 @@
-"""The engine's own decoder (`runtime.decoder`): the same model as transformers builds, without it.
+"""The engine's own decoder (`runtime.passes.decoder`): the same model as transformers builds, without it.
 
 The bundled model is compared with transformers' Llama on real text; tiny random Qwen2, Qwen3, Llama
 and Mistral checkpoints (attention and MLP biases, q/k norms, another rope theta, untied heads) are
@@ -17,7 +17,9 @@ import pytest
 import torch
 
 from decisionflow.errors import ModelError
-from decisionflow.runtime.decoder import (
+from decisionflow.runtime.head_store import model_fingerprint
+from decisionflow.runtime.model.loading import load_model
+from decisionflow.runtime.passes.decoder import (
     DecoderModel,
     DecoderUnsupported,
     decoder_refusal,
@@ -25,8 +27,6 @@ from decisionflow.runtime.decoder import (
     pack_for_cpu,
     read_config,
 )
-from decisionflow.runtime.head_store import model_fingerprint
-from decisionflow.runtime.loading import load_model
 
 TEXTS = ["I was charged twice for one order. Please refund the duplicate charge.",
          "Le colis n'est jamais arrivé, 3 semaines d'attente !"]
@@ -39,7 +39,7 @@ def _logits(model, tokenizer, text: str) -> torch.Tensor:
 
 
 def _converted_bundled_folder() -> Path:
-    from decisionflow.runtime.loading import bundled_gguf, cache_root
+    from decisionflow.runtime.model.loading import bundled_gguf, cache_root
 
     return next((cache_root() / "models").glob(f"{bundled_gguf().stem}-*"))
 
@@ -77,7 +77,7 @@ def test_decisions_are_the_same_through_either_loader(engine, transformers_engin
 
 @pytest.mark.model
 def test_loading_the_own_decoder_imports_no_modelling_stack():
-    probe = ("import sys; from decisionflow.runtime.loading import load_model; m = load_model(); "
+    probe = ("import sys; from decisionflow.runtime.model.loading import load_model; m = load_model(); "
              "print(type(m.model).__name__, any(n.startswith('transformers.models.llama.modeling') for n in sys.modules), "
              "'torch._dynamo' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
@@ -192,7 +192,7 @@ def _fake_hub_cache(root: Path, repo_id: str, source: Path, files: list[str]) ->
 def test_a_hub_id_cached_complete_is_read_by_the_own_decoder(engine, tmp_path, monkeypatch):
     from huggingface_hub import constants
 
-    from decisionflow.runtime.loading import hub_snapshot
+    from decisionflow.runtime.model.loading import hub_snapshot
 
     converted = _converted_bundled_folder()
     files = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"]
@@ -212,7 +212,7 @@ def test_a_hub_id_cached_complete_is_read_by_the_own_decoder(engine, tmp_path, m
 def test_loading_pauses_the_collector_and_leaves_it_as_it_found_it():
     import gc
 
-    from decisionflow.runtime.loading import collector_paused
+    from decisionflow.runtime.model.loading import collector_paused
 
     assert gc.isenabled()
     with collector_paused():

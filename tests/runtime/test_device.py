@@ -8,7 +8,7 @@ from torch.overrides import TorchFunctionMode
 
 from decisionflow.errors import ModelError, Unavailable
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.loading import resolve_device, resolve_dtype
+from decisionflow.runtime.model.loading import resolve_device, resolve_dtype
 from decisionflow.spec.rubric import Rubric
 
 RUBRIC = Rubric.model_validate({

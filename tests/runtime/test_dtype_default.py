@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from decisionflow.errors import ModelError
-from decisionflow.runtime import loading
-from decisionflow.runtime.loading import DTYPE_ENV, cpu_multiplies_bfloat16, resolve_dtype
+from decisionflow.runtime.model import loading
+from decisionflow.runtime.model.loading import DTYPE_ENV, cpu_multiplies_bfloat16, resolve_dtype
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[2]

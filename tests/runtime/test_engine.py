@@ -12,7 +12,7 @@ from suite_support import packed_and_alone
 from decisionflow.compiler import ReadMode
 from decisionflow.errors import InputError
 from decisionflow.runtime.engine import Engine, EngineOptions
-from decisionflow.runtime.readout import read_field
+from decisionflow.runtime.readout.readout import read_field
 from decisionflow.spec.declare import ask, decision
 from decisionflow.spec.rubric import Rubric
 
@@ -244,7 +244,7 @@ def test_rubric_too_long_for_the_model_is_refused_before_any_pass(engine: Engine
 
 
 def test_calibration_rescales_without_changing_winners_and_abstains(engine: Engine):
-    from decisionflow.runtime.calibration import Calibration, FieldCalibration
+    from decisionflow.runtime.readout.calibration import Calibration, FieldCalibration
 
     raw = engine.decide(Triage, TICKET)
     hot = Calibration(rubric="triage", fields={

@@ -17,8 +17,8 @@ from decisionflow.errors import (
     ModelError,
     ResultError,
 )
-from decisionflow.runtime.calibration import Calibration, FieldCalibration
 from decisionflow.runtime.engine import Engine, EngineOptions
+from decisionflow.runtime.readout.calibration import Calibration, FieldCalibration
 from decisionflow.spec.declare import ask, decision
 from decisionflow.spec.rubric import Rubric
 

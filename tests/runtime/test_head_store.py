@@ -15,7 +15,7 @@ import torch
 
 from decisionflow.runtime.engine import Engine, EngineOptions
 from decisionflow.runtime.head_store import HeadCacheWarning, model_fingerprint
-from decisionflow.runtime.loading import LoadedModel, cache_root
+from decisionflow.runtime.model.loading import LoadedModel, cache_root
 from decisionflow.spec.rubric import Catalog, Rubric
 
 pytestmark = pytest.mark.model
@@ -172,8 +172,8 @@ def test_a_damaged_prior_file_is_ignored_with_a_warning(engine, tmp_path):
 def test_eviction_skips_files_another_process_removed_meanwhile(tmp_path):
     """Workers sharing the folder evict at the same time: a file listed but gone before it is measured
     (here a link whose target was removed) is skipped, not a FileNotFoundError that fails a request."""
-    from decisionflow.runtime.backend import HeadCache
     from decisionflow.runtime.head_store import HeadStore
+    from decisionflow.runtime.passes.backend import HeadCache
 
     (tmp_path / "gone.safetensors").symlink_to(tmp_path / "removed-by-another-worker")
     store = HeadStore(tmp_path, fingerprint="test", dtype=torch.float32, max_bytes=1)

@@ -23,7 +23,7 @@ from decisionflow.errors import DataError, InputError
 from decisionflow.fitting import fit_heads
 from decisionflow.fitting.head_fit import REGULARISATION_GRID, FitResult, examples_of
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.heads import FieldHead, Heads, HeadsError
+from decisionflow.runtime.heads.fitted import FieldHead, Heads, HeadsError
 from decisionflow.spec.rubric import Rubric
 
 pytestmark = pytest.mark.model
@@ -606,7 +606,7 @@ def test_labelling_an_earlier_field_does_not_change_a_later_fields_figures(engin
 
 def test_heads_metadata_of_a_single_c_still_loads():
     """Files written before the regularisation path was averaged record one C; they load as a path of one."""
-    from decisionflow.runtime.heads import FieldHeadInfo
+    from decisionflow.runtime.heads.fitted import FieldHeadInfo
 
     old = FieldHeadInfo.model_validate({"labels": ["a", "b"], "readout": "fitted", "regularisation": 0.01})
     assert old.regularisation == (0.01,) and old.temperature == 1.0

@@ -20,9 +20,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
-from decisionflow.runtime import backend as backend_module  # noqa: E402
 from decisionflow.runtime.engine import Engine, EngineOptions  # noqa: E402
-from decisionflow.runtime.loading import LoadedModel  # noqa: E402
+from decisionflow.runtime.model.loading import LoadedModel  # noqa: E402
+from decisionflow.runtime.passes import backend as backend_module  # noqa: E402
 from decisionflow.spec.rubric import Rubric  # noqa: E402
 
 RUBRIC = Rubric.model_validate({

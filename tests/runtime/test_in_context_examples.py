@@ -8,7 +8,7 @@ import pytest
 from decisionflow.errors import InputError
 from decisionflow.fitting import fit_heads
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.heads import HeadsError
+from decisionflow.runtime.heads.fitted import HeadsError
 from decisionflow.spec.rubric import Rubric
 
 pytestmark = pytest.mark.model

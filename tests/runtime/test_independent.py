@@ -158,7 +158,7 @@ def test_a_new_set_reads_its_content_free_prior_in_its_own_pass(engine: Engine):
     request's own pass, and the prior they give is the one a separate reading gives."""
     import uuid
 
-    from decisionflow.runtime.debias import CONTENT_FREE_BY_READING, mean_distribution
+    from decisionflow.runtime.readout.debias import CONTENT_FREE_BY_READING, mean_distribution
 
     question = f"Whether the customer asks for money back (set {uuid.uuid4().hex[:8]})"
     rubric = Rubric(name="fresh", reading="independent", fields={"refund": {"kind": "boolean", "question": question}})

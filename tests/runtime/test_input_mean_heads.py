@@ -15,8 +15,7 @@ from test_word_heads import REVIEW, coded_rows, synthetic_data
 from decisionflow.fitting import fit_heads
 from decisionflow.fitting.head_fit import MAX_FOLDS, REGULARISATION_GRID, fit_field
 from decisionflow.fitting.lexical import fit_lexicon
-from decisionflow.runtime.backend import PackedPass, RequestContext
-from decisionflow.runtime.heads import (
+from decisionflow.runtime.heads.fitted import (
     FORMAT,
     FieldHead,
     FieldHeadInfo,
@@ -27,7 +26,8 @@ from decisionflow.runtime.heads import (
     NgramHead,
     rubric_fingerprint,
 )
-from decisionflow.runtime.lexical import Lexicon, lexical_text
+from decisionflow.runtime.heads.lexical import Lexicon, lexical_text
+from decisionflow.runtime.passes.backend import PackedPass, RequestContext
 from decisionflow.spec.rubric import Rubric
 
 TEXTS = ["a gorgeous , witty , seductive movie .", "the plot is thin and the jokes fall flat , again and again .", "meh"]
@@ -227,8 +227,8 @@ def test_every_backend_averages_the_pool_inside_the_pass_as_the_rows_it_would_ha
     the rows read out of the same pass and averaged after it, on the engine's decoder path (the bundled
     model), a tiny GPT-2 through its own forward and through the plain per-row reference; and the decoder
     path holds no input row of any layer past that layer."""
-    from decisionflow.runtime import forward
-    from decisionflow.runtime.forward import Pool
+    from decisionflow.runtime.passes import forward
+    from decisionflow.runtime.passes.forward import Pool
 
     if path == "decoder":
         owner = engine
@@ -237,7 +237,7 @@ def test_every_backend_averages_the_pool_inside_the_pass_as_the_rows_it_would_ha
         from tiny_models import build
 
         from decisionflow.runtime.engine import Engine
-        from decisionflow.runtime.model_forward import PlainForwardBackend
+        from decisionflow.runtime.passes.model_forward import PlainForwardBackend
 
         owner = Engine.load(str(build("gpt2", tmp_path / "gpt2", engine.tokenizer)), dtype="float32", persist_heads=False)
         if path == "plain-forward":

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from decisionflow.cli import app
 from decisionflow.errors import ModelError
-from decisionflow.runtime.loading import load_model, load_tokenizer, model_source
+from decisionflow.runtime.model.loading import load_model, load_tokenizer, model_source
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_the_cli_says_a_load_error_in_one_line(places, monkeypatch):
 
 @pytest.mark.parametrize("kept_bytes", [1000, 5_000_000])
 def test_a_gguf_file_cut_short_is_one_line_saying_so(tmp_path, kept_bytes):
-    from decisionflow.runtime.loading import bundled_gguf
+    from decisionflow.runtime.model.loading import bundled_gguf
 
     cut = tmp_path / "cut.gguf"
     with bundled_gguf().open("rb") as whole:
@@ -127,7 +127,7 @@ def test_a_gguf_file_cut_short_is_one_line_saying_so(tmp_path, kept_bytes):
 
 
 def test_a_converted_copy_changed_since_its_conversion_is_noticed(tmp_path):
-    from decisionflow.runtime.loading import _changed_since_conversion, _record_converted_files
+    from decisionflow.runtime.model.loading import _changed_since_conversion, _record_converted_files
 
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "model.safetensors").write_bytes(b"\0" * 64)

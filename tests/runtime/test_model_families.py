@@ -20,8 +20,8 @@ from tiny_models import FAMILIES, WINDOW, build  # noqa: E402
 from decisionflow.cli import app  # noqa: E402
 from decisionflow.errors import ContextLengthError  # noqa: E402
 from decisionflow.runtime.engine import Engine  # noqa: E402
-from decisionflow.runtime.heads import Heads  # noqa: E402
-from decisionflow.runtime.model_check import CHECK_RUBRIC, check_model  # noqa: E402
+from decisionflow.runtime.heads.fitted import Heads  # noqa: E402
+from decisionflow.runtime.model.model_check import CHECK_RUBRIC, check_model  # noqa: E402
 from decisionflow.serve import RubricRegistry  # noqa: E402
 
 pytestmark = pytest.mark.model
@@ -87,7 +87,7 @@ def test_every_family_is_served_exactly_through_its_own_forward(family_folders, 
 def test_the_check_compares_distributions_that_a_wrong_mask_would_move(family_folders):
     """The tiny models' answers are far from uniform, so the check can fail: a reference that reads every
     branch without its ancestors (a wrong mask) is off by far more than the tolerance."""
-    from decisionflow.runtime.model_forward import PlainForwardBackend
+    from decisionflow.runtime.passes.model_forward import PlainForwardBackend
 
     engine = Engine.load(str(family_folders["gemma2"]), dtype="float32", persist_heads=False)
     decision = engine.decide(CHECK_RUBRIC, "a note")
@@ -100,7 +100,7 @@ def test_the_check_compares_distributions_that_a_wrong_mask_would_move(family_fo
             packed.parents[:] = [-1 if parent >= 0 else parent for parent in packed.parents]
             return super().run_pass_with_features(head, contexts, packed, read_positions, *args, **kwargs)
 
-    import decisionflow.runtime.model_check as model_check
+    import decisionflow.runtime.model.model_check as model_check
 
     original = model_check.PlainForwardBackend
     model_check.PlainForwardBackend = Forgetful

@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.readout import read_field
+from decisionflow.runtime.readout.readout import read_field
 from decisionflow.spec import ask, decision, derive, make_plan, rubric_of
 from decisionflow.spec.yaml_rubric import dump_rubric, loads_rubric
 

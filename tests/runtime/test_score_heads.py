@@ -31,7 +31,7 @@ from decisionflow.fitting.head_fit import (
     _wilcoxon,
 )
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.heads import Candidate, FieldHeadInfo, Heads
+from decisionflow.runtime.heads.fitted import Candidate, FieldHeadInfo, Heads
 from decisionflow.spec.rubric import Rubric
 
 pytestmark = pytest.mark.model

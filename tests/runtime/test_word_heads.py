@@ -17,8 +17,8 @@ from decisionflow.cli import app
 from decisionflow.fitting import fit_heads
 from decisionflow.fitting.head_fit import MAX_FOLDS, REGULARISATION_GRID, FieldData, fit_field
 from decisionflow.fitting.lexical import fit_lexicon, fit_words, word_matrix
-from decisionflow.runtime.heads import FORMAT, FieldReadout, Heads, HeadsError, NgramHead, zero_shot_features
-from decisionflow.runtime.lexical import Lexicon, analyse, lexical_text
+from decisionflow.runtime.heads.fitted import FORMAT, FieldReadout, Heads, HeadsError, NgramHead, zero_shot_features
+from decisionflow.runtime.heads.lexical import Lexicon, analyse, lexical_text
 from decisionflow.spec.rubric import Rubric
 
 TAGGED = Rubric.model_validate({"name": "tagged", "fields": {
@@ -93,7 +93,7 @@ def test_a_fused_readout_weighs_three_log_probabilities():
 
 
 def _hidden_head(answers: int, size: int):
-    from decisionflow.runtime.heads import FieldHead
+    from decisionflow.runtime.heads.fitted import FieldHead
 
     return FieldHead(torch.randn(answers, size), torch.randn(answers), torch.zeros(size), torch.ones(size))
 
@@ -172,7 +172,7 @@ def test_fit_compares_the_word_heads_and_reports_them(engine):
 
 
 def test_damaged_word_heads_are_refused(tmp_path):
-    from decisionflow.runtime.heads import FieldHeadInfo, HeadsMetadata
+    from decisionflow.runtime.heads.fitted import FieldHeadInfo, HeadsMetadata
 
     info = FieldHeadInfo(labels=("k1", "k2", "k3"), readout="fitted", head="ngram")
     metadata = HeadsMetadata(rubric="tagged", rubric_fingerprint="x", model="m", prompt="p", fields={"tag": info})
@@ -195,7 +195,7 @@ def test_damaged_word_heads_are_refused(tmp_path):
 
 
 def test_a_format_1_file_still_loads_and_answers(tmp_path):
-    from decisionflow.runtime.heads import FieldHeadInfo, HeadsMetadata
+    from decisionflow.runtime.heads.fitted import FieldHeadInfo, HeadsMetadata
 
     info = FieldHeadInfo(labels=("k1", "k2", "k3"), readout="fitted")
     metadata = HeadsMetadata(format=1, rubric="tagged", rubric_fingerprint="x", model="m", prompt="p", fields={"tag": info})

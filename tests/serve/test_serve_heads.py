@@ -120,7 +120,7 @@ def invoke_serve(monkeypatch, engine, *args: str):
 
 @pytest.mark.model
 def test_the_fitted_field_is_answered_by_its_head_and_the_others_zero_shot(client, engine, served_folder):
-    from decisionflow.runtime.heads import Heads
+    from decisionflow.runtime.heads.fitted import Heads
 
     heads = Heads.load(served_folder / "desk.heads.safetensors")
     rubric = load_rubric(served_folder / "desk.yaml")
@@ -180,7 +180,7 @@ def test_the_listing_says_which_fields_are_fitted(client):
 
 
 def _tampered(fitted_heads_file: Path, target: Path, **changes) -> Path:
-    from decisionflow.runtime.heads import Heads
+    from decisionflow.runtime.heads.fitted import Heads
 
     heads = Heads.load(fitted_heads_file)
     return Heads(heads.metadata.model_copy(update=changes), heads.heads, ngram=heads.ngram, lexicon=heads.lexicon,

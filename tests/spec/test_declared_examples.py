@@ -137,7 +137,7 @@ def test_a_rubric_without_examples_keys_as_before_examples_existed():
     assert "examples" not in plain.key
     assert plain.key == plain.model_dump_json(exclude={"examples"})
     # This rubric's heads fingerprint as the release before examples computed it.
-    from decisionflow.runtime.heads import rubric_fingerprint
+    from decisionflow.runtime.heads.fitted import rubric_fingerprint
 
     assert rubric_fingerprint(plain) == "6f50cfffba646f6cd4c062d503836be0"
     assert loads_rubric(RUBRIC).key != plain.key and "I was charged twice" in loads_rubric(RUBRIC).key

@@ -1,5 +1,5 @@
 """A YAML rubric's derived rule table is bounded as a function rule is: every decision weighs each
-combination of the answers it reads for the derived field's distribution (`runtime.derive`), so a table
+combination of the answers it reads for the derived field's distribution (`runtime.readout.derive`), so a table
 reading five 30-option fields (24,300,000 combinations, minutes per decision) is refused when loaded."""
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def lexical_text(payload: Any) -> str:
     """The text a field's words are read from: the input as the prompt renders it (a string as it is, a
     conversation as its transcript, structured data as its JSON), or a conversation's own turns joined
     for a rubric that reads turns (their content is what the user wrote)."""
-    from ..compiler.inputs import render_input
+    from ...compiler.inputs import render_input
 
     if isinstance(payload, list) and all(isinstance(m, dict) and "content" in m for m in payload):
         return "\n".join(str(m["content"]) for m in payload)

@@ -32,8 +32,8 @@ from typing import Any, Callable, Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
-from ..errors import HeadsError
-from ..spec.rubric import Rubric
+from ...errors import HeadsError
+from ...spec.rubric import Rubric
 from .lexical import Lexicon
 
 FORMAT = 3

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import CalibrationError
-from ..spec.rubric import Debias, Rubric
+from ...errors import CalibrationError
+from ...spec.rubric import Debias, Rubric
 
 
 class FieldCalibration(BaseModel):

@@ -17,11 +17,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..spec.rubric import Rubric
-from .debias import Debias
-from .engine import Engine, EngineOptions
+from ...spec.rubric import Rubric
+from ..engine import Engine, EngineOptions
+from ..passes.model_forward import PlainForwardBackend
+from ..readout.debias import Debias
 from .loading import LoadedModel
-from .model_forward import PlainForwardBackend
 
 CHECK_RUBRIC = Rubric.model_validate({
     "name": "model_check",

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ModelError, Unavailable
+from ...errors import ModelError, Unavailable
 
 KERNEL_CHOICES = ("auto", "triton", "torch")
 TRITON_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")

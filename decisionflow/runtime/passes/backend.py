@@ -32,7 +32,7 @@ from typing import Any, NamedTuple, Sequence
 
 import torch
 
-from ..compiler.tree import tree_chains, tree_depths
+from ...compiler.tree import tree_chains, tree_depths
 from .branch_attention import attention_path, branch_attention, local_attention, padded_branch_attention
 from .forward import KV, Attend, Capture, DecoderParts, Pool, causal_attend, logprobs_at, run_layers
 from .ops import TritonOps, choose_ops

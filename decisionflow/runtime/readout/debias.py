@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..spec.kinds import Reading
-from ..spec.rubric import Debias
+from ...spec.kinds import Reading
+from ...spec.rubric import Debias
 
 __all__ = ["CONTENT_FREE_BY_READING", "CONTENT_FREE_INPUTS", "DEFAULT_BY_READING", "Debias", "Priors", "divide_by_prior", "mean_distribution"]
 

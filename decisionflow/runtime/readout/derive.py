@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ..spec.rubric import FieldSpec, Rubric, Value, label_of
-from .result import FieldResult
+from ...spec.rubric import FieldSpec, Rubric, Value, label_of
+from ..result import FieldResult
 
 Joint = tuple[str, dict[tuple[str, str], float]]
 """(parent field, {(parent label, child label): probability}) of a marginalised field."""

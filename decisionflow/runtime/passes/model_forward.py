@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import ContextLengthError, ModelError
+from ...errors import ContextLengthError, ModelError
 from .backend import HeadCache, PackedPass, PassOutput, RequestContext, TransformersBackend, tree_visibility
 from .forward import KV, Pool, average_groups
 

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from ..compiler import CompiledField
+from ...compiler import CompiledField
 
 
 @dataclass(frozen=True)
