@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from decisionflow.quality.metrics import mcnemar_exact
+from decisionflow.stats import mcnemar_exact
 
 
 def read_rows(path: Path) -> dict[int, dict]:

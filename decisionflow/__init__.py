@@ -2,7 +2,8 @@
 
 The package is laid out as the pipeline runs: `spec` (declarations, rubric, plan) → `compiler`
 (prompt, layout, tries) → `runtime` (model, packed passes, readout, engine), then the users of the
-engine side by side: `quality`, `bench`, `cli`. Declaring, validating and planning need no model;
+engine side by side: `quality`, `bench`, `cli`. `stats` (McNemar's exact test, temperature fitting,
+calibration metrics) sits below `fitting` and `quality`, which share it. Declaring, validating and planning need no model;
 `Engine` (torch + transformers) is imported only when first used.
 """
 

@@ -1,7 +1,8 @@
 """The package's layout holds: each step imports only the steps before it, and no import cycle exists.
 
 spec → compiler → runtime → (fitting | batch | baselines) → (quality | bench | serve | scale | integrations) → cli; `errors`,
-`paths` and `records` are below everything;
+`paths` and `records` are below everything; `stats` (paired tests, temperature fitting, calibration metrics) imports only
+`errors`, below `fitting`, `quality`, `bench` and `cli`, which share it;
 nothing imports `cli`; the kernels import only torch and triton. Imports are read from the source
 (ast), lazy ones inside functions included, so a shortcut taken in a function body is caught too.
 """
@@ -26,18 +27,19 @@ ALLOWED = {
     "errors": set(),
     "paths": set(),
     "records": {"errors"},
+    "stats": {"errors"},  # the statistics `fitting` and `quality` share (neither may import the other)
     "spec": set(BASE),
     "compiler": {*BASE, "spec"},
     "runtime": {*BASE, "spec", "compiler", "kernels"},
-    "fitting": ENGINE,
+    "fitting": {*ENGINE, "stats"},
     "batch": ENGINE,
     "baselines": ENGINE,
-    "quality": {*ENGINE, "baselines", "fitting"},
-    "bench": {*ENGINE, "baselines"},
+    "quality": {*ENGINE, "baselines", "fitting", "stats"},
+    "bench": {*ENGINE, "baselines", "stats"},
     "serve": ENGINE,
     "scale": {*ENGINE, "batch"},
     "integrations": ENGINE,  # the engine behind other frameworks' interfaces (LangChain's decision models)
-    "cli": {*ENGINE, "fitting", "batch", "baselines", "quality", "bench", "serve", "scale"},
+    "cli": {*ENGINE, "stats", "fitting", "batch", "baselines", "quality", "bench", "serve", "scale"},
     "": {"errors", "spec", "runtime", "fitting"},  # decisionflow/__init__.py: the public names, the engine and fitting lazily
 }
 STEPS = [step for step in ALLOWED if step not in {"", *BASE}]

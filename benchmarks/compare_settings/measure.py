@@ -68,8 +68,8 @@ def fitted_heads(engine, rubric, rows: list) -> tuple:
 
 
 def compare(name: str, engines: dict, limit: int | None, fit: int | None = None) -> dict:
-    from decisionflow.quality.metrics import mcnemar_exact
     from decisionflow.spec import load_rubric
+    from decisionflow.stats import mcnemar_exact
 
     rubric_path, field, column = SETS[name]
     rubric = load_rubric(ROOT / rubric_path)

@@ -50,6 +50,7 @@ from decisionflow.quality.variants import choice_labels, cyclic_orders, minimal_
 from decisionflow.runtime.readout.debias import CONTENT_FREE_INPUTS
 from decisionflow.spec.rubric import Debias, Rubric
 from decisionflow.spec.yaml_rubric import load_rubric
+from decisionflow.stats import expected_calibration_error
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -140,7 +141,7 @@ def figures(gold: list[str], distributions: list[dict[str, float]], reference: l
     result: dict[str, Any] = {
         "accuracy": metrics.accuracy(gold, predicted),
         "macro_f1": metrics.macro_f1(gold, predicted),
-        "ece": metrics.expected_calibration_error(confidences, [p == g for p, g in zip(predicted, gold)]),
+        "ece": expected_calibration_error(confidences, [p == g for p, g in zip(predicted, gold)]),
         "predicted_labels": len(set(predicted)),
     }
     if reference is not None:

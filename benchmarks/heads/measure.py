@@ -133,8 +133,8 @@ def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean
     from sklearn.metrics import f1_score
 
     from decisionflow.fitting.head_fit import MAX_FOLDS, REGULARISATION_GRID, FieldData, fit_field
-    from decisionflow.quality.metrics import expected_calibration_error, mcnemar_exact
     from decisionflow.spec import load_rubric
+    from decisionflow.stats import expected_calibration_error, mcnemar_exact
 
     rubric_path, field, _ = SETS[name]
     rubric = load_rubric(ROOT / rubric_path)

@@ -44,8 +44,8 @@ import torch
 from benchmarks.common import DATA, SETS, read_csv, write_results
 from benchmarks.heads.measure import collect, layer_slices
 from decisionflow.fitting.head_fit import FUSION_START, _fused, _fusion
-from decisionflow.quality.metrics import mcnemar_exact
 from decisionflow.runtime.heads.fitted import ZERO_SHOT_FLOOR
+from decisionflow.stats import fit_score_temperature, mcnemar_exact
 
 SHIPPED = ("H:-1,-8", "W:10", "Z")
 VARIANTS = (
@@ -165,7 +165,6 @@ def member(key: str, name: str, train: dict, dev: dict, folded, gold: np.ndarray
     """(out-of-fold, dev) log-probabilities of one member, temperature-scaled on its out-of-fold rows."""
     from scipy.special import log_softmax
 
-    from decisionflow.fitting.head_fit import _temperature
     from decisionflow.fitting.lexical import fit_words
 
     labels = len(train["labels"])
@@ -193,7 +192,7 @@ def member(key: str, name: str, train: dict, dev: dict, folded, gold: np.ndarray
         for fit_rows, test_rows in folded:
             held_out[test_rows] = score(x[fit_rows], gold[fit_rows], x[test_rows], labels)
         on_dev = score(x, gold, x_dev, labels)
-    temperature = _temperature(held_out, gold)
+    temperature = fit_score_temperature(held_out, gold)
     return log_softmax(held_out / temperature, axis=1), log_softmax(on_dev / temperature, axis=1)
 
 

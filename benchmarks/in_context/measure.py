@@ -30,6 +30,7 @@ import torch
 
 # The same sets, reader and row sampler as the fitted heads' measurement, so both use the same rows.
 from benchmarks.common import DATA, ROOT, SETS, read_csv, subsample
+from decisionflow.stats import mcnemar
 
 DEV_SUBSET = {"banking77": 300, "clinc150": 300}
 """Dev rows scored per set (a fixed random subset, seed 0); sets not listed score every dev row."""
@@ -58,14 +59,6 @@ def with_examples(rubric, examples):
 
     shown = [{"text": text, "answers": answers} for text, answers in examples]
     return Rubric.model_validate({**rubric.model_dump(), "examples": shown})
-
-
-def mcnemar(right, baseline) -> float:
-    from scipy.stats import binomtest
-
-    wins = sum(a and not b for a, b in zip(right, baseline))
-    losses = sum(b and not a for a, b in zip(right, baseline))
-    return binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
 
 
 def score(engine, rubric, field: str, texts: list[str], gold: list[str]) -> dict:
@@ -163,7 +156,7 @@ def main() -> None:
                     print(f"  k={k}: fits: head {len(compiled.head_tokens)} tokens ({extra} of examples), needs {need}")
                     break
                 got = score(engine, with_examples(rubric, examples), field, texts, gold)
-                got["p_vs_zero_shot"] = mcnemar(got["right"], zero["right"])
+                got["p_vs_zero_shot"] = mcnemar(got["right"], zero["right"]).p
                 engine.prepared.clear()
                 print(f"  k={k} order {order_seed}: {len(examples)} examples, {extra} tokens: accuracy {got['accuracy']:.3f}"
                       f" (raw {got['raw_accuracy']:.3f}; most answered {got['top_label']} {got['top_share']:.0%}; "

@@ -32,6 +32,7 @@ from decisionflow.runtime.readout.debias import CONTENT_FREE_INPUTS
 from decisionflow.spec.references import shipped_workflow
 from decisionflow.spec.rubric import Debias, Rubric
 from decisionflow.spec.yaml_rubric import load_rubric
+from decisionflow.stats import mcnemar_exact
 
 SETS = {
     "banking77": ("banking77_intent", {"intent": "label"}, 300),
@@ -82,7 +83,7 @@ def accuracy(engine: Engine, data: Path, name: str, limit: int | None) -> dict[s
                     "accuracy": metrics.accuracy(gold, predicted),
                     "macro_f1": metrics.macro_f1(gold, predicted),
                     "only_shared_right": only_shared, "only_independent_right": only_independent,
-                    "mcnemar_p": metrics.mcnemar_exact(only_shared, only_independent),
+                    "mcnemar_p": mcnemar_exact(only_shared, only_independent),
                 }
         figures["shared_macro_f1"] = metrics.macro_f1(gold, reference)
         out["fields"][field] = figures

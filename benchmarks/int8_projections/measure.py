@@ -110,8 +110,8 @@ def main() -> None:
     parser.add_argument("--part", choices=("presets", "dev"), default="presets")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from decisionflow.quality.metrics import mcnemar_exact
     from decisionflow.runtime.engine import Engine
+    from decisionflow.stats import mcnemar_exact
 
     engine = Engine.load(dtype="bfloat16")
     read = presets if args.part == "presets" else dev_answers

@@ -135,6 +135,7 @@ def heads_alone(train, values: np.ndarray):
     from sklearn.model_selection import KFold
 
     from decisionflow.fitting import head_fit
+    from decisionflow.stats import fit_score_temperature
 
     x, gold = features(train), np.asarray(train.gold)
     folds = list(KFold(n_splits=head_fit.MAX_FOLDS, shuffle=True, random_state=0).split(x))
@@ -145,7 +146,7 @@ def heads_alone(train, values: np.ndarray):
         held[np.ix_(test, path.classes)] = path.scores(x[test])
         predicted[test] = head_fit._fit_ordinal(x[fit_rows], values[gold[fit_rows]]).predict(x[test])
     path = head_fit._fit_path(x, gold, head_fit.REGULARISATION_GRID)
-    multinomial = path.head(head_fit._temperature(held[:, path.classes], np.searchsorted(path.classes, gold)))
+    multinomial = path.head(fit_score_temperature(held[:, path.classes], np.searchsorted(path.classes, gold)))
     if len(path.classes) < len(values):  # levels without rows: never answered
         weight = torch.zeros(len(values), multinomial.weight.shape[1])
         bias = torch.full((len(values),), -1e4)
@@ -176,7 +177,9 @@ def answers_figures(answers, probabilities, gold, values: np.ndarray) -> dict:
 
 
 def paired(a: dict, b: dict, gold, values: np.ndarray) -> dict:
-    from scipy.stats import binomtest, wilcoxon
+    from scipy.stats import wilcoxon
+
+    from decisionflow.stats import mcnemar_exact
 
     gold = np.asarray(gold)
     right_a, right_b = np.asarray(a["answers"]) == gold, np.asarray(b["answers"]) == gold
@@ -185,7 +188,7 @@ def paired(a: dict, b: dict, gold, values: np.ndarray) -> dict:
     error_b = np.abs(values[np.asarray(b["answers"])] - values[gold])
     differs = error_a != error_b
     return {
-        "mcnemar_p": binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0,
+        "mcnemar_p": mcnemar_exact(wins, losses),
         "ordinal_right_only": wins, "multinomial_right_only": losses,
         "wilcoxon_p": float(wilcoxon(error_a[differs], error_b[differs]).pvalue) if differs.any() else 1.0,
     }

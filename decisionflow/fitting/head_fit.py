@@ -62,6 +62,7 @@ from ..spec.declare import rubric_of
 from ..spec.gold import cell_label, gold_label
 from ..spec.kinds import FieldKind
 from ..spec.rubric import Rubric
+from ..stats import fit_score_temperature, mcnemar
 from .lexical import fit_lexicon, fit_words, word_matrix
 
 MIN_ROWS_PER_LABEL = 2
@@ -452,13 +453,13 @@ def fit_field(
         if words is not None:
             held_words = _held_out(fit_words, words, gold, folded, len(labels))
             tried["ngram"] = held_words
-            temperatures = {"fitted": _temperature(held_out, gold), "ngram": _temperature(held_words, gold)}
+            temperatures = {"fitted": fit_score_temperature(held_out, gold), "ngram": fit_score_temperature(held_words, gold)}
             parts = [_log_softmax(held_out / temperatures["fitted"]), _log_softmax(held_words / temperatures["ngram"]),
                      torch.stack(data.zero_shot).double().numpy()]
             start = list(FUSION_START)
             if mean_features is not None:
                 held_means = _held_out(path, mean_features, gold, folded, len(labels))
-                temperatures["input_mean"] = _temperature(held_means, gold)
+                temperatures["input_mean"] = fit_score_temperature(held_means, gold)
                 parts.append(_log_softmax(held_means / temperatures["input_mean"]))
                 start.append(MEAN_FUSION_START)
             fusion = _fusion(parts, gold, start=start)
@@ -482,7 +483,7 @@ def fit_field(
         better = _rank(chosen_figure, score=score) < _rank(candidates["zero_shot"], score=score)
         head, word_head, mean_head, spread, temperature = None, None, None, None, 1.0
         if wins and best in ("fitted", "fused"):
-            temperature = _temperature(tried["fitted"], gold, log_bounds=TEMPERATURE_LOG_BOUNDS)
+            temperature = fit_score_temperature(tried["fitted"], gold, log_bounds=TEMPERATURE_LOG_BOUNDS)
             head = path(features, gold).head(temperature, len(labels))
         if wins and best in ("ngram", "fused"):
             word_head = NgramHead(*fit_words(words, gold).tensors(temperatures["ngram"], len(labels), UNSEEN_BIAS))
@@ -654,19 +655,9 @@ def _better_head(candidates: Mapping[str, Candidate], errors: Mapping[str, list[
         mine, theirs = errors[best], errors[other]
         if mine is None or theirs is None or candidates[other].accuracy <= candidates[best].accuracy:
             continue
-        if significance >= 1 or _mcnemar([t == 0 for t in theirs], [m == 0 for m in mine]) < significance:
+        if significance >= 1 or mcnemar([t == 0 for t in theirs], [m == 0 for m in mine]).p < significance:
             best = other
     return best
-
-
-def _mcnemar(right: Sequence[bool], other_right: Sequence[bool]) -> float:
-    """McNemar's exact p of paired right/wrong, as `quality.metrics.mcnemar_exact` (a step this one may
-    not import)."""
-    from scipy.stats import binomtest
-
-    wins = sum(a and not b for a, b in zip(right, other_right))
-    losses = sum(b and not a for a, b in zip(right, other_right))
-    return float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0
 
 
 def _wilcoxon(errors: Sequence[int], baseline: Sequence[int]) -> float:
@@ -724,26 +715,6 @@ class _PathHead:
 
 TEMPERATURE_LOG_BOUNDS = (-4.0, 4.0)
 """Where the head's temperature is searched (log): a fit that ends at the lower end is warned about."""
-
-
-def _temperature(held_out: Any, gold: Any, *, log_bounds: tuple[float, float] = TEMPERATURE_LOG_BOUNDS) -> float:
-    """The one factor the averaged scores are divided by: the lowest log-loss of the rows' out-of-fold
-    scores. The average of a path's regressions is less confident than its accuracy warrants (its most
-    regularised members are nearly flat): on BANKING77's dev rows its calibration error was 0.17, and
-    0.03 with this factor, which never changes an answer."""
-    import numpy as np
-    from scipy.optimize import minimize_scalar
-    from scipy.special import log_softmax
-
-    # A row whose answer no fold's head had seen (a score level with one row) has no finite score to rescale.
-    rows = np.flatnonzero(np.isfinite(held_out[np.arange(len(gold)), gold]))
-    held_out, gold = held_out[rows], gold[rows]
-    rows = np.arange(len(gold))
-
-    def loss(log_temperature: float) -> float:
-        return float(-log_softmax(held_out / math.exp(log_temperature), axis=1)[rows, gold].mean())
-
-    return math.exp(minimize_scalar(loss, bounds=log_bounds, method="bounded").x)
 
 
 def _fit_path(features: Any, gold: Any, regularisation: Sequence[float]) -> _PathHead:
@@ -815,11 +786,11 @@ def _fit_ordinal(features: Any, values: Any) -> _OrdinalHead:
 def _spread(predicted: Any, gold: Any, values: Any) -> float:
     """The ordinal head's width in levels: the normal around each out-of-fold prediction, taken over the
     levels, is a softmax of -(level - predicted)**2 / 2 at temperature width**2, fitted as the
-    multinomial head's temperature is (`_temperature`)."""
+    multinomial head's temperature is (`stats.fit_score_temperature`)."""
     import numpy as np
 
     distance = (values[None, :] - predicted[:, None]) ** 2
-    return math.sqrt(_temperature(-distance / 2, np.asarray(gold), log_bounds=(-8.0, 12.0)))
+    return math.sqrt(fit_score_temperature(-distance / 2, np.asarray(gold), log_bounds=(-8.0, 12.0)))
 
 
 def _candidate(right: Sequence[bool], zero_shot_right: Sequence[bool] | None = None, *,
@@ -834,7 +805,7 @@ def _candidate(right: Sequence[bool], zero_shot_right: Sequence[bool] | None = N
     if zero_shot_right is not None and errors is not None and zero_shot_errors is not None:
         p = _wilcoxon(errors, zero_shot_errors)
     elif zero_shot_right is not None:
-        p = _mcnemar(right, zero_shot_right)
+        p = mcnemar(right, zero_shot_right).p
     return Candidate(accuracy=k / n if n else 0.0, low=interval.low if interval else 0.0,
                      high=interval.high if interval else 0.0, rows=n, p_vs_zero_shot=p,
                      mean_absolute_error=sum(errors) / len(errors) if errors else None)

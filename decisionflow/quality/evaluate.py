@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 from ..errors import DataError, DecisionflowError
 from ..runtime.readout.calibration import Calibration, FieldCalibration
 from ..spec.rubric import Debias, FieldKind, Rubric
+from ..stats import expected_calibration_error, mcnemar_exact, reliability_bins
 from . import metrics
 from .comparisons import (
     ReadSetting,
@@ -73,10 +74,10 @@ def score_readings(gold: Sequence[str], readings: Sequence[Reading], options: Se
         "accuracy": _number(metrics.accuracy(gold_in, predicted_in)),
         "macro_f1": _number(metrics.macro_f1(gold_in, predicted_in)),
         "valid_rate": sum(not r.error for r in readings) / len(readings) if readings else None,
-        "ece": _number(metrics.expected_calibration_error(confidences, correct)),  # type: ignore[arg-type]
+        "ece": _number(expected_calibration_error(confidences, correct)),  # type: ignore[arg-type]
         "mean_candidate_mass": sum(masses) / len(masses) if masses else None,
         "errors": sum(bool(r.error) for r in readings),
-        "reliability": [vars(b) for b in metrics.reliability_bins(confidences, correct)],  # type: ignore[arg-type]
+        "reliability": [vars(b) for b in reliability_bins(confidences, correct)],  # type: ignore[arg-type]
     }
     if score:
         distances = [abs(int(readings[i].predicted) - int(gold[i])) for i in in_scope if readings[i].predicted is not None]
@@ -95,7 +96,7 @@ def paired_difference(gold: Sequence[str], readings: Sequence[Reading], referenc
     wins = sum(readings[i].predicted == gold[i] != reference[i].predicted for i in rows)
     losses = sum(reference[i].predicted == gold[i] != readings[i].predicted for i in rows)
     return {"rows": len(rows), "only_fitted_right": wins, "only_zero_shot_right": losses,
-            "mcnemar_p": metrics.mcnemar_exact(wins, losses)}
+            "mcnemar_p": mcnemar_exact(wins, losses)}
 
 
 def score_abstention(gold: Sequence[str], readings: Sequence[Reading], options: Sequence[str]) -> dict[str, Any]:

@@ -16,8 +16,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from ..runtime.readout.calibration import Calibration, FieldCalibration, temperature_scale
+from ..runtime.readout.calibration import Calibration, FieldCalibration
 from ..spec.rubric import Debias, Rubric
+from ..stats import LOG_TEMPERATURE_RANGE, expected_calibration_error, fit_temperature, negative_log_likelihood, temperature_scale
 from . import metrics
 from .labelled import LabelledRow, offered_labels
 from .readings import Progress, Reading, applied_correction, read_all_fields
@@ -48,7 +49,7 @@ class FieldFit:
     def warning(self) -> str | None:
         """Why the temperature is not to be trusted: it stopped at an end of the search range (the
         probabilities would be pushed to 0/1, or flattened, as far as the search allows)."""
-        low, high = (math.exp(bound) for bound in metrics.LOG_TEMPERATURE_RANGE)
+        low, high = (math.exp(bound) for bound in LOG_TEMPERATURE_RANGE)
         temperature = self.settings.temperature
         if temperature <= low * (1 + 1e-3):
             source = ("rows its fitted head was trained on (calibrate a head on rows it was not fitted on)"
@@ -127,7 +128,7 @@ def fit_field(
     usable = [i for i, g in enumerate(gold) if g in offered and readings[i].probabilities]
     distributions = [readings[i].probabilities for i in usable]
     gold_in = [gold[i] for i in usable]
-    temperature = metrics.fit_temperature(distributions, gold_in)
+    temperature = fit_temperature(distributions, gold_in)
     scaled = [_scaled(d, temperature) for d in distributions]
     unchanged = sum(metrics.top_label(a) == metrics.top_label(b) for a, b in zip(distributions, scaled))
     if unchanged != len(distributions):
@@ -151,8 +152,8 @@ def fit_field(
         ),
         ece_before=_ece(distributions, gold_in),
         ece_after=_ece(scaled, gold_in),
-        nll_before=_finite(metrics.negative_log_likelihood(distributions, gold_in)),
-        nll_after=_finite(metrics.negative_log_likelihood(distributions, gold_in, temperature)),
+        nll_before=_finite(negative_log_likelihood(distributions, gold_in)),
+        nll_after=_finite(negative_log_likelihood(distributions, gold_in, temperature)),
         accuracy=_finite(metrics.accuracy(gold_in, [metrics.top_label(d) for d in distributions])),
         winners_unchanged=unchanged,
         fitted_mass_accuracy=mass_accuracy,
@@ -167,7 +168,7 @@ def _scaled(distribution: dict[str, float], temperature: float) -> dict[str, flo
 def _ece(distributions: Sequence[dict[str, float]], gold: Sequence[str]) -> float | None:
     tops = [metrics.top_label(d) for d in distributions]
     confidences = [d[t] for d, t in zip(distributions, tops)]  # type: ignore[index]
-    return _finite(metrics.expected_calibration_error(confidences, [t == g for t, g in zip(tops, gold)]))
+    return _finite(expected_calibration_error(confidences, [t == g for t, g in zip(tops, gold)]))
 
 
 def _finite(value: float) -> float | None:

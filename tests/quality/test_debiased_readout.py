@@ -20,6 +20,7 @@ from decisionflow.quality.temperature_fit import fit_calibration
 from decisionflow.runtime.readout.calibration import Calibration, temperature_scale
 from decisionflow.spec.rubric import Debias
 from decisionflow.spec.yaml_rubric import load_rubric
+from decisionflow.stats import negative_log_likelihood
 
 REPO = Path(__file__).resolve().parents[2]
 BANKING = REPO / "workflows" / "banking77_intent.yaml"
@@ -90,11 +91,11 @@ def test_the_temperature_is_fitted_after_the_correction_and_the_file_says_which(
     texts = [row.text for row in rows]
     # The fit read the debiased distributions: its NLL before scaling is the content-free readout's.
     debiased = engine.decide_many(rubric, texts, debias="content_free")
-    nll = metrics.negative_log_likelihood([d.fields["sentiment"].probabilities for d in debiased],
-                                          [row.gold["sentiment"] for row in rows])
+    nll = negative_log_likelihood([d.fields["sentiment"].probabilities for d in debiased],
+                                  [row.gold["sentiment"] for row in rows])
     raw = engine.decide_many(rubric, texts, debias="none")
-    raw_nll = metrics.negative_log_likelihood([d.fields["sentiment"].probabilities for d in raw],
-                                              [row.gold["sentiment"] for row in rows])
+    raw_nll = negative_log_likelihood([d.fields["sentiment"].probabilities for d in raw],
+                                      [row.gold["sentiment"] for row in rows])
     assert fits[0].nll_before == pytest.approx(nll) and nll != pytest.approx(raw_nll)
     # Applied with the file alone (no --debias), the same correction and then the temperature.
     applied = engine.decide_many(rubric, texts, calibration=calibration)

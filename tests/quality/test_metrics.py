@@ -10,11 +10,7 @@ from decisionflow.quality.metrics import (
     accuracy,
     agreement,
     best_abstention_threshold,
-    expected_calibration_error,
-    fit_temperature,
     macro_f1,
-    negative_log_likelihood,
-    reliability_bins,
     selective_prediction,
     top_label,
 )
@@ -39,30 +35,6 @@ def test_macro_f1_ignores_labels_only_predicted():
     assert macro_f1(["a", "b", "c"], ["a", "b", "z"]) == pytest.approx(2 / 3)
 
 
-def test_expected_calibration_error_four_rows():
-    # Bins: 0.95 -> [0.9, 1.0] (acc 1, conf 0.95); 0.85 -> [0.8, 0.9) (acc 0, conf 0.85);
-    # 0.65 and 0.62 -> [0.6, 0.7) (acc 0.5, conf 0.635).
-    # ECE = 1/4 * 0.05 + 1/4 * 0.85 + 2/4 * 0.135 = 0.0125 + 0.2125 + 0.0675 = 0.2925.
-    ece = expected_calibration_error([0.95, 0.85, 0.65, 0.62], [True, False, True, False])
-    assert ece == pytest.approx(0.2925)
-
-
-def test_perfectly_calibrated_bins_have_zero_error():
-    # Ten rows at 0.7 with seven right: the bin's accuracy equals its confidence.
-    assert expected_calibration_error([0.7] * 10, [True] * 7 + [False] * 3) == pytest.approx(0.0)
-
-
-def test_reliability_bins_edges():
-    bins = reliability_bins([0.0, 0.1, 1.0, 0.95], [False, True, True, False])
-    assert len(bins) == 10
-    assert [b.count for b in bins] == [1, 1, 0, 0, 0, 0, 0, 0, 0, 2]
-    assert bins[2].accuracy is None and bins[2].confidence is None
-    assert bins[9].accuracy == 0.5 and bins[9].confidence == pytest.approx(0.975)
-    assert (bins[0].lower, bins[0].upper) == (0.0, 0.1)
-    with pytest.raises(ValueError):
-        reliability_bins([1.5], [True])
-
-
 def test_agreement_over_shared_fields():
     assert agreement({"a": 1, "b": 2, "c": 3}, {"a": 1, "b": 5, "d": 0}) == 0.5
     assert agreement({"a": 1}, {"b": 1}) is None
@@ -75,38 +47,6 @@ def test_selective_prediction():
     low = selective_prediction(confidences, correct, 0.25)
     assert low.coverage == 0.75 and low.accuracy == pytest.approx(2 / 3)
     assert selective_prediction(confidences, correct, 0.95).accuracy is None
-
-
-def test_negative_log_likelihood_skips_unoffered_gold():
-    assert negative_log_likelihood([{"a": 0.5, "b": 0.5}, {"a": 0.5, "b": 0.5}], ["a", "oos"]) == pytest.approx(
-        math.log(2)
-    )
-
-
-def test_fit_temperature_matches_the_closed_form():
-    # p(a) = 0.9 on every row, but a is right on 3 of 4 rows: the NLL is least where the scaled
-    # p(a) = 1 / (1 + 9^(-1/T)) = 0.75, i.e. 9^(-1/T) = 1/3, 1/T = ln 3 / ln 9 = 1/2, T = 2.
-    distributions = [{"a": 0.9, "b": 0.1}] * 4
-    gold = ["a", "a", "a", "b"]
-    temperature = fit_temperature(distributions, gold)
-    assert temperature == pytest.approx(2.0, rel=1e-3)
-    assert negative_log_likelihood(distributions, gold, temperature) < negative_log_likelihood(distributions, gold)
-
-
-def test_fit_temperature_sharpens_an_underconfident_model_and_keeps_winners():
-    distributions = [{"x": 0.6, "y": 0.3, "z": 0.1}, {"x": 0.2, "y": 0.5, "z": 0.3}, {"x": 0.4, "y": 0.35, "z": 0.25}]
-    gold = ["x", "y", "x"]
-    temperature = fit_temperature(distributions, gold)
-    assert temperature < 1.0
-    from decisionflow.runtime.readout.calibration import temperature_scale
-
-    for distribution in distributions:
-        scaled = dict(zip(distribution, temperature_scale(tuple(distribution.values()), temperature)))
-        assert top_label(scaled) == top_label(distribution)
-
-
-def test_fit_temperature_without_usable_rows_is_neutral():
-    assert fit_temperature([{"a": 0.5, "b": 0.5}], ["oos"]) == 1.0
 
 
 def test_top_label_breaks_ties_by_order():
@@ -125,9 +65,9 @@ def test_best_abstention_threshold():
 
 
 def test_a_temperature_at_either_end_of_its_search_is_warned_about():
-    from decisionflow.quality.metrics import LOG_TEMPERATURE_RANGE
     from decisionflow.quality.temperature_fit import FieldFit
     from decisionflow.runtime.readout.calibration import FieldCalibration
+    from decisionflow.stats import LOG_TEMPERATURE_RANGE
 
     def fit(temperature: float, after_head: bool = False) -> FieldFit:
         return FieldFit(field="team", rows=40, settings=FieldCalibration(temperature=temperature, after_head=after_head),
