@@ -1,8 +1,12 @@
 """decisionflow: typed, closed-set decisions read from a pretrained LLM's next-token scores.
 
 The package is laid out as the pipeline runs: `spec` (declarations, rubric, plan) → `compiler`
-(prompt, layout, tries) → `runtime` (model, packed passes, readout, engine), then the users of the
-engine side by side: `quality`, `bench`, `cli`. `stats` (McNemar's exact test, temperature fitting,
+(prompt, layout, tries) → `runtime` → `fitting`, `batch`, `baselines` → the users of the engine side
+by side: `quality`, `bench`, `serve`, `scale`, `integrations` → `cli`. `runtime` keeps its parts in rooms:
+`runtime.model` (loading, check-model), `runtime.passes` (the packed pass, its backends and their `Backend`
+protocol), `runtime.readout` (distributions, debias, calibration, derived fields) and `runtime.heads`
+(applying fitted heads), under the modules that put them together (`runtime.engine`, `runtime.prepared`,
+`runtime.executor`, `runtime.result`). `stats` (McNemar's exact test, temperature fitting,
 calibration metrics) sits below `fitting` and `quality`, which share it. Declaring, validating and planning need no model;
 `Engine` (torch + transformers) is imported only when first used.
 """

@@ -3,8 +3,10 @@
 spec → compiler → runtime → (fitting | batch | baselines) → (quality | bench | serve | scale | integrations) → cli; `errors`,
 `paths` and `records` are below everything; `stats` (paired tests, temperature fitting, calibration metrics) imports only
 `errors`, below `fitting`, `quality`, `bench` and `cli`, which share it;
-nothing imports `cli`; the kernels import only torch and triton. Imports are read from the source
-(ast), lazy ones inside functions included, so a shortcut taken in a function body is caught too.
+nothing imports `cli`; the kernels import only torch and triton. Inside `runtime`, the rooms (`model`,
+`passes`, `readout`, `heads`) sit below the modules on top (engine, prepared, executor) that put them
+together. Imports are read from the source (ast), lazy ones inside functions included, so a shortcut taken
+in a function body is caught too.
 """
 
 from __future__ import annotations
@@ -43,6 +45,19 @@ ALLOWED = {
     "": {"errors", "spec", "runtime", "fitting"},  # decisionflow/__init__.py: the public names, the engine and fitting lazily
 }
 STEPS = [step for step in ALLOWED if step not in {"", *BASE}]
+RUNTIME = PACKAGE / "runtime"
+ROOMS = {
+    "passes": {"passes"},
+    "readout": {"readout", "result"},
+    "heads": {"heads"},
+    "model": {"model", "passes", "head_store"},
+}
+"""What each room of `runtime` may import from `runtime` itself. The passes know no fields, the readout no
+hidden states, the fitted heads no pass; loading reaches the decoder it builds and the head store's
+warning. None imports the engine, the prepared-rubric cache or the executor, which import them."""
+ROOM_EXCEPTIONS = {"decisionflow.runtime.model.model_check": {"engine", "readout"}}
+"""`check-model` runs an engine over the model it checks (through the plain-forward reference): it uses the
+engine as the CLI does, and nothing in the runtime imports it."""
 
 
 def module_name(path: Path) -> str:
@@ -109,6 +124,27 @@ def test_each_step_says_what_it_holds_and_the_readme_lists_it():
         docstring = ast.get_docstring(ast.parse((PACKAGE / step / "__init__.py").read_text(encoding="utf-8")))
         assert docstring and len(docstring.splitlines()[0]) > 20, f"decisionflow/{step}/__init__.py has no first line saying what it holds"
         assert f"decisionflow/{step}/ " in readme, f"README's layout block does not list decisionflow/{step}/"
+
+
+
+def test_the_runtime_rooms_sit_below_the_engine():
+    wrong = []
+    for path in sorted(RUNTIME.glob("*/*.py")):
+        allowed = ROOMS[path.parent.name] | ROOM_EXCEPTIONS.get(module_name(path), set())
+        for module in imported_modules(path):
+            parts = module.split(".")
+            if parts[:2] == ["decisionflow", "runtime"] and len(parts) > 2 and parts[2] not in allowed:
+                wrong.append(f"{path.relative_to(ROOT)} imports {module} (runtime.{path.parent.name} -> runtime.{parts[2]})")
+    assert not wrong, "\n".join(wrong)
+    assert set(ROOM_EXCEPTIONS) <= {module_name(p) for p in RUNTIME.glob("*/*.py")}, "an exception for a module that is gone"
+
+
+def test_each_runtime_room_has_a_rule_and_says_what_it_holds():
+    rooms = {p.parent.name for p in RUNTIME.glob("*/__init__.py")}
+    assert rooms == set(ROOMS), f"rooms without import rules: {rooms - set(ROOMS)}; rules without a room: {set(ROOMS) - rooms}"
+    for room in rooms:
+        docstring = ast.get_docstring(ast.parse((RUNTIME / room / "__init__.py").read_text(encoding="utf-8")))
+        assert docstring and len(docstring.splitlines()[0]) > 20, f"decisionflow/runtime/{room}/__init__.py has no first line saying what it holds"
 
 
 def test_the_kernels_import_only_torch_and_triton():

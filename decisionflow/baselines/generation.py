@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..compiler.prompt import answer_ids
 from ..errors import Unavailable
 from ..spec.rubric import AnswerFormat, FieldKind, FieldSpec, Rubric, Value
+
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
 
 
 @dataclass
@@ -172,7 +175,7 @@ def canonical_object_tokens(compiled: Any) -> int:
 
 
 def generate_until_closed(
-    engine: Any,
+    engine: Engine,
     prompt_ids: list[int],
     *,
     opener: str,
@@ -226,7 +229,7 @@ def finish_generation(method: str, rubric: Rubric, text: str, new: list[int], cl
 # Unconstrained JSON generation
 
 
-def json_generate(engine: Any, target: Any, payload: Any, *, max_new_tokens: int | None = None) -> MethodResult:
+def json_generate(engine: Engine, target: Any, payload: Any, *, max_new_tokens: int | None = None) -> MethodResult:
     """Greedy JSON generation from decisionflow's prompt (head + input + tail, object already opened).
 
     Stops on the token that closes the object. `max_new_tokens` defaults to twice the token length

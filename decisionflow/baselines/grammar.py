@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..compiler.prompt import answer_ids
 from ..errors import Unavailable
 from ..spec.rubric import AnswerFormat, FieldKind, Rubric
 from .generation import MethodResult, canonical_object_tokens, finish_generation, generate_until_closed
+
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
 
 JSON_INDENT = 2
 JSON_SEPARATORS = (",", ": ")
@@ -65,7 +68,7 @@ class GrammarConstrained:
     (one extra generated token). Compiled grammars are kept per rubric.
     """
 
-    def __init__(self, engine: Any):
+    def __init__(self, engine: Engine):
         try:
             import xgrammar
         except ImportError as exc:

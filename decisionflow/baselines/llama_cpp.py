@@ -19,7 +19,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Unavailable
 from ..runtime.model.loading import bundled_gguf, cpu_flags
@@ -27,11 +27,14 @@ from ..spec.rubric import Rubric
 from .generation import MethodResult, canonical_object_tokens, parse_answer
 from .grammar import _prompt_without_opener, json_schema
 
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
+
 CACHE_BYTES = 2 << 30
 """The prompt cache's capacity: the head states of every bench workload at once."""
 
 
-def gguf_file(engine: Any) -> Path:
+def gguf_file(engine: Engine) -> Path:
     """The GGUF file the engine's model was loaded from; `Unavailable` for a model that came from elsewhere."""
     name = str(getattr(engine.loaded, "name", "") or "")
     if name.startswith("bundled:"):
@@ -70,7 +73,7 @@ def _extra_buffer_types(llama_cpp: Any, allowed: bool) -> Iterator[None]:
 class LlamaCpp:
     """llama.cpp's greedy, grammar-constrained generation of the rubric's JSON from decisionflow's prompt."""
 
-    def __init__(self, engine: Any, *, threads: int | None = None, context: int = 4096):
+    def __init__(self, engine: Engine, *, threads: int | None = None, context: int = 4096):
         try:
             import llama_cpp
         except ImportError as exc:

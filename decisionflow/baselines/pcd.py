@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Unavailable
 from ..runtime.model.loading import cache_root
 from ..spec.rubric import AnswerFormat, FieldKind, Rubric, Value
 from .generation import MethodResult, check_value
+
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
 
 
 def pcd_schema(rubric: Rubric, original: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -89,7 +92,7 @@ def _valid_values(rubric: Rubric, values: dict[str, Value | None]) -> tuple[bool
     return True, None, ""
 
 
-def converted_model_folder(engine: Any) -> str | None:
+def converted_model_folder(engine: Engine) -> str | None:
     """The HF folder the bundled GGUF model was converted to (what pcd's MODEL_ID can point to)."""
     name = engine.loaded.name
     if not name.startswith("bundled:"):

@@ -10,13 +10,16 @@ packed branch pass save.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..compiler.tree import tree_depths
 from ..runtime.passes.backend import tree_visibility
 from ..runtime.readout.readout import read_field
 from ..spec.rubric import Value
 from .generation import MethodResult
+
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
 
 
 def _readout(compiled_field: Any, row_logprobs: dict[int, Any]) -> Value:
@@ -25,7 +28,7 @@ def _readout(compiled_field: Any, row_logprobs: dict[int, Any]) -> Value:
     return compiled_field.values[best]
 
 
-def per_field_prefill(engine: Any, target: Any, payload: Any) -> MethodResult:
+def per_field_prefill(engine: Engine, target: Any, payload: Any) -> MethodResult:
     """One full forward per field over head + input + that field's row (no cache, no pinning).
 
     The row is the field's answer trie as decisionflow compiles it, attached with a tree mask, and
@@ -66,7 +69,7 @@ def per_field_prefill(engine: Any, target: Any, payload: Any) -> MethodResult:
     return MethodResult("per_field_prefill", True, values, passes, fed, 0, elapsed)
 
 
-def copied_prefix(engine: Any, target: Any, payload: Any) -> MethodResult:
+def copied_prefix(engine: Engine, target: Any, payload: Any) -> MethodResult:
     """Prefill head + input once, copy its cache to one batch row per field, run the rows as a batch.
 
     Each batch row holds one field's row (padded to the longest) over its own copy of the prefix

@@ -35,11 +35,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn
 
 from ..errors import DataError, DecisionflowError
 from ..paths import CSV_SUFFIXES, PARQUET_SUFFIXES, UNREAD_SUFFIXES, existing_ancestor
 from .input_files import TEXT_KEYS, InputRow, read_rows
+
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
 
 __all__ = [
     "TEXT_KEYS", "BatchSummary", "InputRow", "OutputIdentity", "OutputRefused", "ResumableOutput", "check_output",
@@ -316,7 +319,7 @@ class ResumableOutput:
 
 
 def decide_file(
-    engine: Any,
+    engine: Engine,
     target: Any,
     source: Path,
     output: Path,

@@ -17,10 +17,13 @@ import platform
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import Unavailable
 from .workloads import Workload
+
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
 
 METHODS = (
     "decisionflow",
@@ -117,7 +120,7 @@ class MethodRunner:
     (`llama_cpp`: llama.cpp's bare prefill of the same prompt, nothing cached)."""
 
 
-def _decisionflow_runner(name: str, engine: Any) -> MethodRunner:
+def _decisionflow_runner(name: str, engine: Engine) -> MethodRunner:
     def run(workload: Workload) -> Any:
         from ..baselines.generation import MethodResult
 
@@ -185,7 +188,7 @@ def _schema_problem(values: Any, schema: dict[str, Any]) -> str | None:
     return None
 
 
-def _llama_cpp_runner(engine: Any) -> MethodRunner:
+def _llama_cpp_runner(engine: Engine) -> MethodRunner:
     """llama.cpp on the engine's GGUF file (`baselines.llama_cpp`): its grammar compiled and its prompt
     cache filled with the rubric's head by one untimed call per workload, as a running server's would be."""
     from ..baselines.llama_cpp import LlamaCpp
@@ -203,7 +206,7 @@ GENERATING_METHODS = ("json_generate", "grammar_constrained", "per_field_prefill
 """Methods that call the transformers model itself (`generate`, its forward with a cache)."""
 
 
-def make_runners(engine: Any, methods: list[str], *, baseline_engine: Callable[[], Any] | None = None,
+def make_runners(engine: Engine, methods: list[str], *, baseline_engine: Callable[[], Any] | None = None,
                  openai_server: OpenAIServer | None = None) -> list[MethodRunner]:
     """The methods' runners. decisionflow's run on `engine`, as a user's would; the baselines that need
     the transformers model run on `baseline_engine()` (default: `engine` itself), loaded only when one
@@ -276,7 +279,7 @@ class Floor:
     """One plain forward over head + input + tail, no cache."""
 
 
-def _floor_calls(engine: Any, workload: Workload) -> tuple[Callable[[], Any], Callable[[], Any]]:
+def _floor_calls(engine: Engine, workload: Workload) -> tuple[Callable[[], Any], Callable[[], Any]]:
     from ..runtime.passes.backend import PackedPass, RequestContext
 
     compiled, _ = engine.compile(workload.rubric)
@@ -327,7 +330,7 @@ def _sample(result: Any, elapsed: float, peak: float | None) -> Sample:
 
 
 def run_bench(
-    engine: Any,
+    engine: Engine,
     workloads: list[Workload],
     methods: list[str],
     *,
@@ -462,7 +465,7 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_b
 """The instruction sets a CPU figure depends on (bfloat16 in hardware, AMX tiles), named with every run."""
 
 
-def conditions(engine: Any, *, threads: int, dtype: str, repeats: int, slow_repeats: int) -> dict[str, Any]:
+def conditions(engine: Engine, *, threads: int, dtype: str, repeats: int, slow_repeats: int) -> dict[str, Any]:
     import torch
     import transformers
 

@@ -7,7 +7,7 @@ import importlib.util
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Sequence
 
 import typer
 
@@ -15,6 +15,9 @@ from ..bench.presets import default_data_dir
 from ..bench.runner import METHODS
 from ..bench.workloads import build_workloads
 from .common import DeviceOption, DtypeOption, guarded, refuse_output, say, stderr
+
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
 
 
 def bench_command(
@@ -96,7 +99,7 @@ def bench_command(
         log(f"wrote {out / 'bench.json'}, bench.md and {', '.join(p.name for p in plots)}")
 
 
-def _in_process_server(engine: Any, running: contextlib.ExitStack) -> Any:
+def _in_process_server(engine: Engine, running: contextlib.ExitStack) -> Any:
     """What starts `decisionflow serve`'s app on a loopback port of this process, with the bench's own engine,
     for the `openai_route` method (None without the `serve` extra: the method is then reported unavailable)."""
     if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:

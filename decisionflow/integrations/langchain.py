@@ -45,7 +45,7 @@ import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
 
@@ -55,6 +55,9 @@ from ..runtime.model.loading import bundled_gguf
 from ..spec.names import field_names
 from ..spec.rubric import FieldKind, FieldSpec, Rubric
 from ..spec.text import shown
+
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
 
 try:
     from langchain_core.decisions import (
@@ -400,7 +403,7 @@ _ENGINE_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyD
 _LOCKS_LOCK = threading.Lock()
 
 
-def _lock_of(engine: Any) -> threading.Lock:
+def _lock_of(engine: Engine) -> threading.Lock:
     with _LOCKS_LOCK:
         lock = _ENGINE_LOCKS.get(engine)
         if lock is None:

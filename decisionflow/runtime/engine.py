@@ -33,6 +33,7 @@ from .heads.fitted import Heads, prompt_fingerprint
 from .model.loading import LoadedModel, Status, cache_root, load_model
 from .passes.backend import DECODER_PATH, TransformersBackend
 from .passes.ops import KERNEL_CHOICES
+from .passes.protocol import Backend
 from .prepared import Checkpoint, PreparedRubrics
 from .readout.calibration import Calibration
 from .readout.debias import CONTENT_FREE_BY_READING, Debias, Priors
@@ -74,12 +75,12 @@ class EngineOptions:
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, *, options: EngineOptions | None = None, backend: Any = None):
+    def __init__(self, loaded: LoadedModel, *, options: EngineOptions | None = None, backend: Backend | None = None):
         """`backend`: the passes' runner, where not the one `backend_for` picks (`check-model` gives the
         plain-forward reference)."""
         self.loaded = loaded
         self.options = options or EngineOptions()
-        self.backend = backend if backend is not None else backend_for(loaded.model, self.options)
+        self.backend: Backend = backend if backend is not None else backend_for(loaded.model, self.options)
         self.view = TokenizerView(loaded.tokenizer)
         self._fingerprint: str | None = None
         self._weights_fingerprint: str | None = None
@@ -446,7 +447,7 @@ class Engine:
         return batches
 
 
-def backend_for(model: Any, options: EngineOptions) -> Any:
+def backend_for(model: Any, options: EngineOptions) -> Backend:
     """The engine's decoder path where it reproduces the model exactly (its own decoder, or a transformers
     model of the Llama, Mistral, Qwen2 or Qwen3 families without sliding windows or other rope types), else
     the model's own forward (`model_forward`)."""

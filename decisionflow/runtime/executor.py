@@ -44,8 +44,9 @@ from ..errors import ContextLengthError, InputError, ModelError
 from ..spec.plan import Plan, Round
 from ..spec.rubric import FieldKind, FieldSpec, Value, label_of
 from .heads.fitted import Heads
-from .passes.backend import HeadCache, PackedPass, RequestContext, TransformersBackend
+from .passes.backend import HeadCache, PackedPass, RequestContext
 from .passes.forward import Pool
+from .passes.protocol import Backend
 from .readout.calibration import Calibration
 from .readout.debias import Debias, Priors, mean_distribution
 from .readout.derive import Joint, derive_field
@@ -156,7 +157,7 @@ def check_fits(compiled: CompiledRubric, input_tokens: list[int], max_positions:
 
 
 def execute(
-    backend: TransformersBackend,
+    backend: Backend,
     compiled: CompiledRubric,
     plan: Plan,
     head: HeadCache,

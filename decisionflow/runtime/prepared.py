@@ -36,7 +36,8 @@ from ..spec.plan import Plan, make_plan, split_by_tokens
 from ..spec.rubric import Rubric
 from .head_store import HeadStore
 from .heads.fitted import Heads
-from .passes.backend import HeadCache, TransformersBackend
+from .passes.backend import HeadCache
+from .passes.protocol import Backend
 from .readout.calibration import Calibration
 from .readout.debias import CONTENT_FREE_BY_READING, DEFAULT_BY_READING, Debias, Priors, mean_distribution
 from .result import Decision
@@ -105,7 +106,7 @@ class PreparedRubrics:
 
     def __init__(
         self,
-        backend: TransformersBackend,
+        backend: Backend,
         view: TokenizerView,
         *,
         mode: ReadMode,

@@ -28,7 +28,7 @@ import math
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from starlette.requests import ClientDisconnect
 
@@ -44,6 +44,9 @@ from .metrics import Metrics
 from .refusals import HttpRefusal, Located, Refusal
 from .registry import RubricRegistry
 from .settings import ServeSettings
+
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
 
 
 class ClientGone(Exception):
@@ -144,7 +147,7 @@ class Routes:
 class DecisionService:
     """What the routes do, apart from HTTP: check a request, admit its inputs, queue them, shape answers."""
 
-    def __init__(self, engine: Any, registry: RubricRegistry, settings: ServeSettings, metrics: Metrics, *,
+    def __init__(self, engine: Engine, registry: RubricRegistry, settings: ServeSettings, metrics: Metrics, *,
                  model_name: str, routes: Routes) -> None:
         self.engine = engine
         self.registry = registry
@@ -364,7 +367,7 @@ class RubricTooLong(Exception):
         self.error = error
 
 
-def admission(engine: Any, target: Any, payload: Any, cancellation: Cancellation | None = None) -> int:
+def admission(engine: Engine, target: Any, payload: Any, cancellation: Cancellation | None = None) -> int:
     """Compile the rubric (cached), tokenise the input and check it against the model's context: the input's
     token cost (its tokens and every field's row)."""
     if cancellation is not None:

@@ -39,7 +39,7 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -71,6 +71,9 @@ from .registry import RubricRegistry
 from .rubrics import decide_named, parse_inputs
 from .settings import ServeSettings, body_limit_for
 from .systemone import SystemOne, parse_request
+
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
 
 CLIENT_GONE = 499
 """Status recorded (never sent) for a request whose client disconnected before its answer."""
@@ -116,7 +119,7 @@ def public_model_name(name: str) -> str:
     return re.split(r"[\\/]", name.rstrip("/\\"))[-1] or "model"
 
 
-def create_app(engine: Any, registry: RubricRegistry | None = None, settings: ServeSettings | None = None) -> FastAPI:
+def create_app(engine: Engine, registry: RubricRegistry | None = None, settings: ServeSettings | None = None) -> FastAPI:
     """The ASGI app serving `engine` (already loaded); rubrics by name from `registry` (default: the shipped workflows).
 
     Fitted heads in `registry` are checked against `engine` first: heads fitted for another model, rubric,
@@ -298,9 +301,9 @@ def error_response(note: RequestNote, error: BaseException, retry_after_s: int) 
     return refusal_response(note, refusal)
 
 
-def _give_engine_the_budget(engine: Any, budget: int) -> None:
+def _give_engine_the_budget(engine: Engine, budget: int) -> None:
     options = getattr(engine, "options", None)
-    if getattr(options, "max_batch_tokens", budget) != budget:
+    if options is not None and getattr(options, "max_batch_tokens", budget) != budget:
         engine.options = replace(options, max_batch_tokens=budget)
 
 

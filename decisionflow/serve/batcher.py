@@ -30,12 +30,15 @@ from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Hashable, Iterator
+from typing import TYPE_CHECKING, Any, Hashable, Iterator
 
 from ..errors import DecisionflowError, Unavailable
 from .logs import log
 from .metrics import Metrics
 from .settings import Batching
+
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
 
 
 @dataclass
@@ -107,7 +110,7 @@ def at_capacity(waiting: int) -> Unavailable:
 
 
 class MicroBatcher:
-    def __init__(self, engine: Any, batching: Batching, *, max_queue: int, metrics: Metrics) -> None:
+    def __init__(self, engine: Engine, batching: Batching, *, max_queue: int, metrics: Metrics) -> None:
         self.engine = engine
         self.batching = batching
         self.max_queue = max_queue

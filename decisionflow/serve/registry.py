@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CalibrationError, DecisionflowError, Problem, RubricError
 from ..runtime.heads.fitted import Heads, HeadsError
@@ -21,6 +21,9 @@ from ..spec.plan import make_plan
 from ..spec.references import YAML_SUFFIXES, shipped_workflows
 from ..spec.rubric import FieldSpec, Rubric
 from ..spec.yaml_rubric import load_rubric
+
+if TYPE_CHECKING:
+    from ..runtime.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ class RubricRegistry:
             raise RubricError(problems)
         return cls(entries)
 
-    def check_heads(self, engine: Any) -> None:
+    def check_heads(self, engine: Engine) -> None:
         """Refuse, all problems at once, heads fitted for another model, rubric, prompt or option set
         than `engine` and the rubric they sit beside (a `RubricError` naming each heads file)."""
         problems = []
@@ -111,7 +114,7 @@ class RubricRegistry:
         if problems:
             raise RubricError(problems)
 
-    def check_prompts(self, engine: Any) -> None:
+    def check_prompts(self, engine: Engine) -> None:
         """Refuse, all problems at once, served rubrics whose prompt and answers leave the model's context
         no room for an input (many long in-context examples, say): every request would be refused."""
         from ..runtime.executor import check_fits
