@@ -109,7 +109,7 @@ def study_layers(train: dict, dev: dict) -> list[dict]:
     when fitted on every training row at C = 0.01."""
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-    from decisionflow.fitting.head_fit import MAX_FOLDS
+    from decisionflow.fitting.choosing import MAX_FOLDS
 
     configs = [((-1,), False), ((-1, -4), False), ((-1, -8), False), ((-4, -8), False), ((-1, -4, -8), False),
                ((-1, -4, -8, -12), False), ((-1, -8), True)]
@@ -132,7 +132,9 @@ def study_layers(train: dict, dev: dict) -> list[dict]:
 def study_curve(name: str, train: dict, dev: dict, layers: tuple[int, ...], mean: bool, ks) -> list[dict]:
     from sklearn.metrics import f1_score
 
-    from decisionflow.fitting.head_fit import MAX_FOLDS, REGULARISATION_GRID, FieldData, fit_field
+    from decisionflow.fitting.choosing import MAX_FOLDS, fit_field
+    from decisionflow.fitting.features import FieldData
+    from decisionflow.fitting.training import REGULARISATION_GRID
     from decisionflow.spec import load_rubric
     from decisionflow.stats import expected_calibration_error, mcnemar_exact
 

@@ -7,7 +7,7 @@ hidden states of many layers at the field's answer position, their mean over the
 zero-shot readout), then builds members on the cached features, each scored out of fold (the fit's
 stratified 5 folds, seed 0) and on dev.csv after a fit on every training row:
 
-- `H:layers`: the shipped hidden-state head (`head_fit._fit_path`, the zero-shot log-probabilities beside
+- `H:layers`: the shipped hidden-state head (`fitting.training.fit_path`, the zero-shot log-probabilities beside
   the hidden states) on those answer-position layers;
 - `M:layers;mean-layers`: the same head on answer-position layers and input means;
 - `K:layers`: a cosine nearest-neighbour vote (10 neighbours, softmax of similarity / 0.05) on the
@@ -17,7 +17,7 @@ stratified 5 folds, seed 0) and on dev.csv after a fit on every training row:
 - `W:C`: the shipped n-gram head (`fitting.lexical`) at inverse regularisation C;
 - `Z`: the zero-shot readout.
 
-A variant fuses its members with the fit's own `head_fit._fusion` (non-negative weights of the members'
+A variant fuses its members with the fit's own `fitting.training.fit_fusion` (non-negative weights of the members'
 temperature-scaled log-probabilities, fitted on the out-of-fold rows; the search starts where the fit's does,
 the zero-shot readout at 0.1 and every other member at 1); its cross-validated accuracy, its dev accuracy and
 McNemar's exact test on dev against the shipped default (the chooser's pick among hidden, n-gram and fused)
@@ -43,7 +43,7 @@ import torch
 
 from benchmarks.common import DATA, SETS, read_csv, write_results
 from benchmarks.heads.measure import collect, layer_slices
-from decisionflow.fitting.head_fit import FUSION_START, _fused, _fusion
+from decisionflow.fitting.training import FUSION_START, fit_fusion, fused
 from decisionflow.runtime.heads.fitted import ZERO_SHOT_FLOOR
 from decisionflow.stats import fit_score_temperature, mcnemar_exact
 
@@ -101,9 +101,9 @@ def _word_matrices(name: str, labels: tuple[str, ...]) -> tuple[Any, Any]:
 
 
 def _head_scores(train_x, gold, test_x, labels: int) -> np.ndarray:
-    from decisionflow.fitting.head_fit import REGULARISATION_GRID, _fit_path
+    from decisionflow.fitting.training import REGULARISATION_GRID, fit_path
 
-    path = _fit_path(train_x, gold, REGULARISATION_GRID)
+    path = fit_path(train_x, gold, REGULARISATION_GRID)
     out = np.full((len(test_x), labels), -np.inf)
     out[:, path.classes] = path.scores(test_x)
     return out
@@ -213,9 +213,9 @@ def study(name: str, engine: Any, cache: Path) -> dict:
                 if key not in members:
                     members[key] = cached_member(cache, key, name, train, dev, folded, gold)
             parts = [members[key] for key in variant]
-            weights = (_fusion([p[0] for p in parts], gold, start=[ZERO_SHOT_START if key == "Z" else 1.0 for key in variant])
+            weights = (fit_fusion([p[0] for p in parts], gold, start=[ZERO_SHOT_START if key == "Z" else 1.0 for key in variant])
                        if len(parts) > 1 else (1.0,))
-            held_out, on_dev = _fused(weights, *[p[0] for p in parts]), _fused(weights, *[p[1] for p in parts])
+            held_out, on_dev = fused(weights, *[p[0] for p in parts]), fused(weights, *[p[1] for p in parts])
             figures["+".join(variant)] = {
                 "weights": [round(w, 3) for w in weights], "cv": float((held_out.argmax(1) == gold).mean()),
                 "dev_right": (on_dev.argmax(1) == dev_gold).tolist(), "seconds": time.perf_counter() - began,

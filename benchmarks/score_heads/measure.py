@@ -113,7 +113,7 @@ def collect(engine, rubric, rows: list[dict[str, str]], path: Path) -> dict:
 
 
 def field_data(data: dict, rows: list[int], label_count: int):
-    from decisionflow.fitting.head_fit import FieldData
+    from decisionflow.fitting.features import FieldData
     from decisionflow.runtime.heads.fitted import zero_shot_features
 
     out = FieldData()
@@ -134,18 +134,18 @@ def heads_alone(train, values: np.ndarray):
     """The multinomial and the ordinal head, each fitted as `fit_field` would fit it if chosen."""
     from sklearn.model_selection import KFold
 
-    from decisionflow.fitting import head_fit
+    from decisionflow.fitting import choosing, training
     from decisionflow.stats import fit_score_temperature
 
     x, gold = features(train), np.asarray(train.gold)
-    folds = list(KFold(n_splits=head_fit.MAX_FOLDS, shuffle=True, random_state=0).split(x))
+    folds = list(KFold(n_splits=choosing.MAX_FOLDS, shuffle=True, random_state=0).split(x))
     held = np.full((len(gold), len(values)), -np.inf)
     predicted = np.zeros(len(gold))
     for fit_rows, test in folds:
-        path = head_fit._fit_path(x[fit_rows], gold[fit_rows], head_fit.REGULARISATION_GRID)
+        path = training.fit_path(x[fit_rows], gold[fit_rows], training.REGULARISATION_GRID)
         held[np.ix_(test, path.classes)] = path.scores(x[test])
-        predicted[test] = head_fit._fit_ordinal(x[fit_rows], values[gold[fit_rows]]).predict(x[test])
-    path = head_fit._fit_path(x, gold, head_fit.REGULARISATION_GRID)
+        predicted[test] = training.fit_ordinal(x[fit_rows], values[gold[fit_rows]]).predict(x[test])
+    path = training.fit_path(x, gold, training.REGULARISATION_GRID)
     multinomial = path.head(fit_score_temperature(held[:, path.classes], np.searchsorted(path.classes, gold)))
     if len(path.classes) < len(values):  # levels without rows: never answered
         weight = torch.zeros(len(values), multinomial.weight.shape[1])
@@ -153,7 +153,7 @@ def heads_alone(train, values: np.ndarray):
         weight[torch.as_tensor(path.classes)] = multinomial.weight
         bias[torch.as_tensor(path.classes)] = multinomial.bias
         multinomial.weight, multinomial.bias = weight, bias
-    ordinal = head_fit._fit_ordinal(x, values[gold]).head(values, head_fit._spread(predicted, gold, values))
+    ordinal = training.fit_ordinal(x, values[gold]).head(values, training.fit_spread(predicted, gold, values))
     return multinomial, ordinal
 
 
@@ -205,7 +205,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from decisionflow import Engine
-    from decisionflow.fitting.head_fit import MIN_ROWS_PER_LABEL, REGULARISATION_GRID, fit_field
+    from decisionflow.fitting.choosing import MIN_ROWS_PER_LABEL, fit_field
+    from decisionflow.fitting.training import REGULARISATION_GRID
     from decisionflow.runtime.heads.fitted import DEFAULT_LAYERS
     from decisionflow.spec import load_rubric
 

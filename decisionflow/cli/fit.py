@@ -178,7 +178,7 @@ def _layers(text: str | None, *, option: str = "--layers", none: bool = False) -
 def _examples(rubric: Any, data: Path, labels: list[str], text_column: str, rows: str | None,
               skip_unknown: bool) -> tuple[list[Any], int]:
     """The labelled rows as (text, {field: label}), checked against the rubric before the model loads."""
-    from ..fitting.head_fit import examples_of
+    from ..fitting.examples import examples_of
 
     given: dict[str, str] = {}
     for item in labels:

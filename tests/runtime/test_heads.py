@@ -21,7 +21,9 @@ from suite_support import FIXTURES
 
 from decisionflow.errors import DataError, InputError
 from decisionflow.fitting import fit_heads
-from decisionflow.fitting.head_fit import REGULARISATION_GRID, FitResult, examples_of
+from decisionflow.fitting.examples import examples_of
+from decisionflow.fitting.head_fit import FitResult
+from decisionflow.fitting.training import REGULARISATION_GRID
 from decisionflow.runtime.engine import Engine
 from decisionflow.runtime.heads.fitted import FieldHead, Heads, HeadsError
 from decisionflow.spec.rubric import Rubric
@@ -639,7 +641,7 @@ def test_a_head_right_on_every_held_out_row_is_warned_about(engine: Engine):
 
 
 def test_the_overconfidence_warning_says_which_of_its_two_causes_holds():
-    from decisionflow.fitting.head_fit import _overconfidence_warning
+    from decisionflow.fitting.choosing import _overconfidence_warning
 
     assert _overconfidence_warning("level", all_right=False, at_bound=False) == ""
     assert "every cross-validated answer of its head was right" in _overconfidence_warning("level", True, False)
@@ -649,7 +651,8 @@ def test_the_overconfidence_warning_says_which_of_its_two_causes_holds():
 
 def test_a_score_field_whose_kept_head_is_right_on_every_held_out_row_is_warned_about():
     """No model: 40 rows whose features are their level, so every out-of-fold answer is right."""
-    from decisionflow.fitting.head_fit import FieldData, fit_field
+    from decisionflow.fitting.choosing import fit_field
+    from decisionflow.fitting.features import FieldData
     from decisionflow.spec.yaml_rubric import loads_rubric
 
     rubric = loads_rubric("name: r\nfields:\n  level: {kind: score, question: How bad, min: 0, max: 4}\n")

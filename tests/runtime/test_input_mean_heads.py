@@ -13,8 +13,9 @@ import torch
 from test_word_heads import REVIEW, coded_rows, synthetic_data
 
 from decisionflow.fitting import fit_heads
-from decisionflow.fitting.head_fit import MAX_FOLDS, REGULARISATION_GRID, fit_field
+from decisionflow.fitting.choosing import MAX_FOLDS, fit_field
 from decisionflow.fitting.lexical import fit_lexicon
+from decisionflow.fitting.training import REGULARISATION_GRID
 from decisionflow.runtime.heads.fitted import (
     FORMAT,
     FieldHead,

@@ -19,17 +19,9 @@ import torch
 from suite_support import FIXTURES
 
 from decisionflow.fitting import fit_heads
-from decisionflow.fitting.head_fit import (
-    MIN_ORDINAL_ROWS,
-    ORDINAL_PENALTIES,
-    REGULARISATION_GRID,
-    FitResult,
-    _better_head,
-    _fit_ordinal,
-    _fit_path,
-    _kept_head,
-    _wilcoxon,
-)
+from decisionflow.fitting.choosing import MIN_ORDINAL_ROWS, _better_head, _kept_head, _wilcoxon
+from decisionflow.fitting.head_fit import FitResult
+from decisionflow.fitting.training import ORDINAL_PENALTIES, REGULARISATION_GRID, fit_ordinal, fit_path
 from decisionflow.runtime.engine import Engine
 from decisionflow.runtime.heads.fitted import Candidate, FieldHeadInfo, Heads
 from decisionflow.spec.rubric import Rubric
@@ -156,7 +148,7 @@ def test_the_ordinal_head_is_a_normal_over_the_levels_around_its_prediction():
     features = generator.normal(size=(200, 6)).astype(np.float32)
     values = np.arange(0.0, 9.0)
     target = np.clip(4 + 2 * features[:, 0] - features[:, 1], 0, 8)
-    regression = _fit_ordinal(features, target)
+    regression = fit_ordinal(features, target)
     spread = 0.8
     head = regression.head(values, spread)
     predicted = regression.predict(features[:5])
@@ -194,7 +186,7 @@ def test_a_multinomial_score_head_never_answers_a_level_it_saw_no_row_of():
     features = generator.normal(size=(60, 4))
     gold = np.repeat([1, 2, 4], 20)  # levels 0, 3 and 5..8 have no rows
     features[:, 0] += gold
-    head = _fit_path(features, gold, REGULARISATION_GRID).head(1.0, 9)
+    head = fit_path(features, gold, REGULARISATION_GRID).head(1.0, 9)
     assert tuple(head.weight.shape) == (9, 4)
     for row in features[:5]:
         probabilities = head.probabilities(torch.tensor(row, dtype=torch.float32), None, range(9))

@@ -15,8 +15,10 @@ from typer.testing import CliRunner
 
 from decisionflow.cli import app
 from decisionflow.fitting import fit_heads
-from decisionflow.fitting.head_fit import MAX_FOLDS, REGULARISATION_GRID, FieldData, fit_field
+from decisionflow.fitting.choosing import MAX_FOLDS, fit_field
+from decisionflow.fitting.features import FieldData
 from decisionflow.fitting.lexical import fit_lexicon, fit_words, word_matrix
+from decisionflow.fitting.training import REGULARISATION_GRID
 from decisionflow.runtime.heads.fitted import FORMAT, FieldReadout, Heads, HeadsError, NgramHead, zero_shot_features
 from decisionflow.runtime.heads.lexical import Lexicon, analyse, lexical_text
 from decisionflow.spec.rubric import Rubric
