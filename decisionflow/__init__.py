@@ -7,38 +7,97 @@ by side: `quality`, `bench`, `serve`, `scale`, `integrations` → `cli`. `runtim
 protocol), `runtime.readout` (distributions, debias, calibration, derived fields) and `runtime.heads`
 (applying fitted heads), under the modules that put them together (`runtime.engine`, `runtime.prepared`,
 `runtime.executor`, `runtime.result`). `stats` (McNemar's exact test, temperature fitting,
-calibration metrics) sits below `fitting` and `quality`, which share it. Declaring, validating and planning need no model;
-`Engine` (torch + transformers) is imported only when first used.
+calibration metrics) sits below `fitting` and `quality`, which share it. `errors`, `paths` and `records`
+sit below every step. Declaring, validating and planning need no model; `Engine` (torch + transformers)
+is imported only when first used.
+
+The names below are the public API: import them from `decisionflow` (the docs do, and a test holds them
+to it), so the modules behind them may move. Beside it, three entry points have public modules of their
+own: `decisionflow.serve` (the HTTP app), `decisionflow.scale` (Ray) and `decisionflow.integrations.langchain`.
 """
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .errors import DecisionflowError
+from .errors import (
+    CalibrationError,
+    ClusterError,
+    CompileError,
+    ContextLengthError,
+    DataError,
+    DecisionflowError,
+    HeadsError,
+    InputError,
+    ModelError,
+    Problem,
+    ResultError,
+    RubricError,
+    Unavailable,
+)
 from .spec import (
     AnswerFormat,
+    Condition,
     FieldKind,
+    FieldSpec,
     Plan,
+    Round,
     Rubric,
+    SchemaError,
     SchemaRubric,
     ask,
     decision,
     derive,
     dump_rubric,
     from_json_schema,
+    is_decision,
     load_rubric,
+    loads_rubric,
     make_plan,
+    resolve_rubric,
+    resolve_target,
     rubric_of,
+    save_rubric,
+    typed_model,
 )
+from .spec.declare import model_for
 
 if TYPE_CHECKING:
-    from .fitting import fit_heads
-    from .runtime.engine import Engine
+    from .compiler import CompiledRubric, ReadMode, compile_rubric
+    from .fitting import FitResult, fit_heads
+    from .runtime.engine import Engine, EngineOptions
+    from .runtime.heads.fitted import Heads
+    from .runtime.model.loading import LoadedModel, load_model, load_tokenizer
+    from .runtime.readout.calibration import Calibration, FieldCalibration
     from .runtime.result import Decision, FieldResult
 
+_LAZY = {
+    "Engine": ".runtime.engine",
+    "EngineOptions": ".runtime.engine",
+    "LoadedModel": ".runtime.model.loading",
+    "load_model": ".runtime.model.loading",
+    "load_tokenizer": ".runtime.model.loading",
+    "Decision": ".runtime.result",
+    "FieldResult": ".runtime.result",
+    "Heads": ".runtime.heads.fitted",
+    "Calibration": ".runtime.readout.calibration",
+    "FieldCalibration": ".runtime.readout.calibration",
+    "FitResult": ".fitting",
+    "fit_heads": ".fitting",
+    "CompiledRubric": ".compiler",
+    "ReadMode": ".compiler",
+    "compile_rubric": ".compiler",
+}
+"""Public names whose modules need torch, transformers or a tokenizer: imported on first use, so that
+`import decisionflow` stays as light as declaring and validating are."""
+
 __all__ = [
-    "AnswerFormat", "Decision", "DecisionflowError", "Engine", "FieldKind", "FieldResult", "Plan", "Rubric",
-    "SchemaRubric", "ask", "decision", "derive", "dump_rubric", "fit_heads", "from_json_schema", "load_rubric",
-    "make_plan", "rubric_of",
+    "AnswerFormat", "Calibration", "CalibrationError", "ClusterError", "CompileError", "CompiledRubric", "Condition",
+    "ContextLengthError", "DataError", "Decision", "DecisionflowError", "Engine", "EngineOptions",
+    "FieldCalibration", "FieldKind", "FieldResult", "FieldSpec", "FitResult", "Heads", "HeadsError", "InputError",
+    "LoadedModel", "ModelError", "Plan", "Problem", "ReadMode", "ResultError", "Round", "Rubric", "RubricError",
+    "SchemaError", "SchemaRubric", "Unavailable", "ask", "compile_rubric", "decision", "derive", "dump_rubric",
+    "fit_heads", "from_json_schema", "is_decision", "load_model", "load_rubric", "load_tokenizer", "loads_rubric",
+    "make_plan", "model_for", "resolve_rubric", "resolve_target", "rubric_of", "save_rubric", "typed_model",
 ]
 
 
@@ -47,16 +106,12 @@ def __getattr__(name: str) -> Any:
         from importlib.metadata import version
 
         return version("decisionflow")
-    if name == "Engine":
-        from .runtime.engine import Engine
-
-        return Engine
-    if name == "fit_heads":
-        from .fitting import fit_heads
-
-        return fit_heads
-    if name in ("Decision", "FieldResult"):
-        from .runtime import result
-
-        return getattr(result, name)
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'decisionflow' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -42,7 +42,7 @@ ALLOWED = {
     "scale": {*ENGINE, "batch"},
     "integrations": ENGINE,  # the engine behind other frameworks' interfaces (LangChain's decision models)
     "cli": {*ENGINE, "stats", "fitting", "batch", "baselines", "quality", "bench", "serve", "scale"},
-    "": {"errors", "spec", "runtime", "fitting"},  # decisionflow/__init__.py: the public names, the engine and fitting lazily
+    "": {"errors", "spec", "compiler", "runtime", "fitting"},  # decisionflow/__init__.py: the public names, those needing torch or a tokenizer lazily
 }
 STEPS = [step for step in ALLOWED if step not in {"", *BASE}]
 RUNTIME = PACKAGE / "runtime"
