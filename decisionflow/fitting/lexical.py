@@ -1,7 +1,7 @@
 """Fitting what reads the input's words: the lexicon of the fitting rows, and logistic regressions on it.
 
-The vectors here are the ones `runtime.lexical.Lexicon.vector` gives a request (the same grams, damping,
-inverse document frequencies and unit length), built as a sparse matrix for scikit-learn. The lexicon is
+The vectors here are `runtime.heads.lexical.Lexicon.weights`, the one computation a request's vector comes from
+too (the same grams, damping, inverse document frequencies and unit length), as a sparse matrix for scikit-learn. The lexicon is
 fitted on the rows' texts alone (no label), keeping the grams of at least `MIN_DOCUMENTS` rows, the most
 frequent first, up to `MAX_TERMS`.
 """
@@ -42,26 +42,19 @@ def fit_lexicon(texts: Sequence[str], *, min_documents: int = MIN_DOCUMENTS, max
 
 
 def word_matrix(lexicon: Lexicon, texts: Sequence[str]) -> Any:
-    """[rows, terms] scipy CSR float64: each text's vector, as `Lexicon.vector` gives it."""
+    """[rows, terms] scipy CSR float64: each text's `Lexicon.weights`, the vector a request is read with."""
     import numpy as np
     from scipy.sparse import csr_matrix
 
-    columns = {term: column for column, term in enumerate(lexicon.terms)}
-    idf = lexicon.idf.double().numpy()
-    data, indices, pointers = [], [], [0]
+    data: list[float] = []
+    indices: list[int] = []
+    pointers = [0]
     for text in texts:
-        counts: dict[int, int] = {}
-        for gram, count in Counter(analyse(text)).items():
-            column = columns.get(gram)
-            if column is not None:
-                counts[column] = count
-        row = sorted(counts)
-        values = np.array([(1.0 + math.log(counts[c])) * idf[c] for c in row])
-        norm = float(np.sqrt((values * values).sum())) if len(values) else 0.0
-        data.extend((values / norm).tolist() if norm else [])
-        indices.extend(row if norm else [])
+        columns, values = lexicon.weights(text)
+        indices.extend(columns)
+        data.extend(values)
         pointers.append(len(indices))
-    return csr_matrix((np.array(data), np.array(indices, dtype=np.int64), np.array(pointers, dtype=np.int64)),
+    return csr_matrix((np.array(data, dtype=np.float64), np.array(indices, dtype=np.int64), np.array(pointers, dtype=np.int64)),
                       shape=(len(texts), len(lexicon.terms)))
 
 

@@ -53,24 +53,32 @@ class Lexicon:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_columns", {term: column for column, term in enumerate(self.terms)})
+        object.__setattr__(self, "_idf", self.idf.double().tolist())
 
     def __len__(self) -> int:
         return len(self.terms)
 
-    def vector(self, text: str) -> torch.Tensor:
-        """[terms] float32: the text's damped, idf-weighted gram counts, of unit length (zero when it has no known gram)."""
-        columns: dict[int, int] = {}
-        known = self._columns  # type: ignore[attr-defined]
+    def weights(self, text: str) -> tuple[list[int], list[float]]:
+        """The text's known grams (columns, ascending) and their weights: damped count × idf, scaled to unit
+        length, in float64. The one computation of a text's vector, for the fit's sparse matrices
+        (`fitting.lexical.word_matrix`) and a request's dense vector (`vector`) alike."""
+        known, idf = self._columns, self._idf  # type: ignore[attr-defined]
+        counts: dict[int, int] = {}
         for gram, count in Counter(analyse(text)).items():
             column = known.get(gram)
             if column is not None:
-                columns[column] = count
+                counts[column] = count
+        columns = sorted(counts)
+        values = [(1.0 + math.log(counts[column])) * idf[column] for column in columns]
+        norm = math.sqrt(sum(value * value for value in values))
+        return (columns, [value / norm for value in values]) if norm else ([], [])
+
+    def vector(self, text: str) -> torch.Tensor:
+        """[terms] float32: `weights` as a dense vector (zero when the text has no known gram)."""
+        columns, values = self.weights(text)
         out = torch.zeros(len(self.terms), dtype=torch.float32)
         if columns:
-            index = torch.tensor(list(columns), dtype=torch.long)
-            counts = torch.tensor([1.0 + math.log(c) for c in columns.values()], dtype=torch.float32)
-            values = counts * self.idf[index]
-            out[index] = values / values.norm()
+            out[torch.tensor(columns, dtype=torch.long)] = torch.tensor(values, dtype=torch.float32)
         return out
 
     def vectors(self, texts: Sequence[str]) -> torch.Tensor:
