@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.serving.measure import QUESTIONS, start_server  # noqa: E402 - the serving benchmark starts servers the same way
+from benchmarks.serving.throughput.measure import QUESTIONS, start_server  # noqa: E402 - the serving benchmark starts servers the same way
 
 KEYS = ("load-test-prepared-key-0001", "load-test-hostile-key-0002")
 TEXTS = [

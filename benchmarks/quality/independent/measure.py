@@ -1,0 +1,172 @@
+"""Independent questions against the shared reading: accuracy on the development sets, paired, and cost.
+
+    .venv/bin/python -m benchmarks.quality.independent.measure --part accuracy --out benchmarks/quality/independent/accuracy.json
+    .venv/bin/python -m benchmarks.quality.independent.measure --part speed --out benchmarks/quality/independent/speed.json
+
+Accuracy: every shipped workflow of a development set is read twice on the same rows: as shipped (the
+shared reading, the engine's default correction) and with `reading: independent` (each field a question of
+its own after the input). The independent reading is read raw once; its corrections are computed from that
+reading and the content-free inputs' reading, exactly as the engine divides (`quality.corrections`). Every
+independent variant is paired with the shared one row by row (McNemar's exact test).
+
+Speed (an otherwise idle machine): the median warm request of a 28-question preset read both ways, and a
+request bringing 6 new yes/no questions about a 100-token input against the same request repeated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import DATA, machine
+from decisionflow.bench.presets import load_preset
+from decisionflow.quality import corrections, metrics
+from decisionflow.quality.labelled import load_labelled, select_rows
+from decisionflow.quality.readings import read_all_fields
+from decisionflow.runtime.engine import Engine
+from decisionflow.runtime.readout.debias import CONTENT_FREE_INPUTS
+from decisionflow.spec.references import shipped_workflow
+from decisionflow.spec.rubric import Debias, Rubric
+from decisionflow.spec.yaml_rubric import load_rubric
+from decisionflow.stats import mcnemar_exact
+
+SETS = {
+    "banking77": ("banking77_intent", {"intent": "label"}, 300),
+    "clinc150": ("clinc150_intent", {"intent": "label"}, 300),
+    "sst2": ("sentiment", {"sentiment": "label"}, 200),
+    "nlbse24_issues": ("issue_triage", {"label": "label", "repo": "repo"}, 150),
+}
+CORRECTIONS = (Debias.NONE, Debias.CONTENT_FREE_HALF, Debias.CONTENT_FREE)
+
+
+def independent(rubric: Rubric) -> Rubric:
+    return Rubric.model_validate({**rubric.model_dump(), "name": rubric.name, "reading": "independent"})
+
+
+def accuracy(engine: Engine, data: Path, name: str, limit: int | None) -> dict[str, Any]:
+    workflow, columns, default_limit = SETS[name]
+    shared = load_rubric(shipped_workflow(workflow))
+    alone = independent(shared)
+    rows, _ = load_labelled(data / name / "dev.csv", text_column="text", columns=columns)
+    rows = select_rows(rows, limit=limit or default_limit, seed=0)
+    texts = [row.text for row in rows]
+    began = time.perf_counter()
+    shared_read = read_all_fields(engine, shared, texts)
+    shared_s = time.perf_counter() - began
+    began = time.perf_counter()
+    raw = read_all_fields(engine, alone, texts, debias="none")
+    independent_s = time.perf_counter() - began
+    free = read_all_fields(engine, alone, list(CONTENT_FREE_INPUTS), debias="none")
+    out: dict[str, Any] = {"rows": len(rows), "seconds": {"shared": round(shared_s, 1), "independent": round(independent_s, 1)},
+                           "fields": {}}
+    for field in columns:
+        offered = set(shared.fields[field].labels)
+        kept = [i for i, row in enumerate(rows) if row.gold[field] in offered]
+        gold = [rows[i].gold[field] for i in kept]
+        reference = [shared_read[i][field].predicted for i in kept]
+        figures: dict[str, Any] = {"rows": len(kept), "shared": metrics.accuracy(gold, reference)}
+        # The prior from every content-free input (the engine's), and from each one alone (cheaper to read).
+        sources = {"": list(range(len(CONTENT_FREE_INPUTS))), **{f"_from_{text}": [index] for index, text in
+                                                                 enumerate(CONTENT_FREE_INPUTS)}}
+        for source, inputs in sources.items():
+            prior = corrections.mean_prior([free[i][field].probabilities for i in inputs])
+            for method in CORRECTIONS if not source else CORRECTIONS[1:]:
+                predicted = [metrics.top_label(corrections.divide(raw[i][field].probabilities, prior, method.strength))
+                             for i in kept]
+                only_shared = sum(r == g and p != g for r, p, g in zip(reference, predicted, gold))
+                only_independent = sum(p == g and r != g for r, p, g in zip(reference, predicted, gold))
+                figures[f"independent_{method.value}{source}"] = {
+                    "accuracy": metrics.accuracy(gold, predicted),
+                    "macro_f1": metrics.macro_f1(gold, predicted),
+                    "only_shared_right": only_shared, "only_independent_right": only_independent,
+                    "mcnemar_p": mcnemar_exact(only_shared, only_independent),
+                }
+        figures["shared_macro_f1"] = metrics.macro_f1(gold, reference)
+        out["fields"][field] = figures
+    return out
+
+
+def _median_ms(engine: Engine, rubrics: Any, text: str, repeats: int, **options: Any) -> float:
+    """Median milliseconds of `engine.decide` over `repeats` calls, the i-th deciding `rubrics(i)`."""
+    timings = []
+    for index in range(repeats):
+        rubric = rubrics(index)
+        began = time.perf_counter()
+        engine.decide(rubric, text, **options)
+        timings.append((time.perf_counter() - began) * 1000)
+    return statistics.median(timings)
+
+
+TICKET = (
+    "Subject: charged twice for my March invoice. Hello, I was billed twice this month ($49 each) for the same "
+    "subscription, and my bank shows both charges as settled. I already wrote to you last week and nobody "
+    "answered. Please refund the duplicate charge within 12 hours or I will cancel my account and dispute the "
+    "payment with my bank. I have attached both receipts and the bank statement. Thanks, Dana (customer since 2019, "
+    "team plan, account 4471)."
+)
+QUESTIONS = (
+    "Whether the customer asks for money back", "Whether the customer threatens to cancel",
+    "Whether the message mentions a bank", "Whether the customer is angry",
+    "Whether receipts are attached", "Whether a human must review it",
+)
+
+
+def six_questions(nonce: str) -> Rubric:
+    return Rubric(name="six", reading="independent", fields={
+        f"q{i}": {"kind": "boolean", "question": f"{question}{nonce}"} for i, question in enumerate(QUESTIONS)})
+
+
+def speed(engine: Engine, repeats: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"presets": {}, "new_question_sets": {}}
+    for name in ("support_triage", "code_security", "fintech_fraud"):
+        preset = load_preset(name)
+        shared, alone = preset.rubric, independent(preset.rubric)
+        engine.decide(shared, preset.context)
+        engine.decide(alone, preset.context)
+        shared_ms = _median_ms(engine, lambda _, rubric=shared: rubric, preset.context, repeats)
+        alone_ms = _median_ms(engine, lambda _, rubric=alone: rubric, preset.context, repeats)
+        decision = engine.decide(alone, preset.context)
+        out["presets"][name] = {"fields": len(shared.fields), "shared_ms": round(shared_ms, 1),
+                                "independent_ms": round(alone_ms, 1), "ratio": round(alone_ms / shared_ms, 2),
+                                "independent_passes": decision.stats.forward_passes,
+                                "independent_tokens": decision.stats.tokens_prefilled}
+    tokens = len(engine.view.encode(TICKET))
+    for debias in (None, "none"):  # the reading's default correction (its prior read in the pass), and none
+        repeated = six_questions("")
+        engine.decide(repeated, TICKET, debias=debias)
+        repeated_ms = _median_ms(engine, lambda _, rubric=repeated: rubric, TICKET, repeats, debias=debias)
+        # A new set each time: the questions' text changes, so nothing of it is prepared.
+        new_ms = _median_ms(engine, lambda index, debias=debias: six_questions(f" (set {index} {debias})"), TICKET,
+                            repeats, debias=debias)
+        out["new_question_sets"][debias or "default"] = {"input_tokens": tokens, "repeated_ms": round(repeated_ms, 1),
+                                            "new_ms": round(new_ms, 1), "ratio": round(new_ms / repeated_ms, 2)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("accuracy", "speed"), required=True)
+    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--limit", type=int, default=None, help="rows per set (default: each set's own)")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    engine = Engine.load(dtype=args.dtype, persist_heads=False)
+    result: dict[str, Any] = {"machine": machine(), "dtype": str(engine.backend.dtype).removeprefix("torch.")}
+    if args.part == "accuracy":
+        result["sets"] = {name: accuracy(engine, args.data, name, args.limit) for name in args.sets.split(",")}
+    else:
+        result["speed"] = speed(engine, args.repeats)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Independent questions against the shared reading: accuracy on the development sets, paired (docs/engine.md,
+# "Independent questions"), and what the reading costs (the same section).
+# Run from anywhere; the labelled sets are read from ${DATA:-../shared/data} (beside the checkout). Timings
+# need an otherwise idle machine. Writes this folder's results files.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+HERE=benchmarks/quality/independent
+DATA=${DATA:-../shared/data}
+.venv/bin/python -m benchmarks.quality.independent.measure --part accuracy --data "$DATA" --out $HERE/accuracy.json
+.venv/bin/python -m benchmarks.quality.independent.measure --part speed --out $HERE/speed.json
