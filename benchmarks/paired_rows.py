@@ -2,7 +2,7 @@
 McNemar's exact p, and how often the two answered alike. Rows whose gold label is not an answer of the
 field (CLINC150's `oos`) are left out, as eval's own accuracy leaves them.
 
-usage: python docs/bench/paired_rows.py FIRST/rows.jsonl SECOND/rows.jsonl [--skip-gold oos]
+usage: python -m benchmarks.paired_rows FIRST/rows.jsonl SECOND/rows.jsonl [--skip-gold oos]
 """
 
 import argparse

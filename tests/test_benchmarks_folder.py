@@ -1,10 +1,12 @@
 """Every figure in docs/ has one runner and its raw results in benchmarks/<topic>/<figure>/, and scripts/ keeps
 only what users run: a figure whose command or raw file is missing, moved or misspelt fails here, not in a
-reader's shell. The folders sit in their topic (speed, quality, fitting, serving; dated snapshots in archive).
-Nothing here runs a benchmark."""
+reader's shell. The folders sit in their topic (speed, quality, fitting, serving; dated snapshots in archive),
+the runners write one results format (`benchmarks.common.write_results`: a `conditions` block) and read the
+labelled sets through `decisionflow.quality.labelled`. Nothing here runs a benchmark."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -126,6 +128,44 @@ def test_every_benchmarks_module_cited_exists():
             if not defined:
                 unknown.append((str(doc.relative_to(ROOT)), name))
     assert not sorted(set(unknown))
+
+
+def test_every_measurer_writes_through_the_common_writer():
+    """One results format: a measurer writes with `write_results` (the `conditions` block), not its own JSON."""
+    for measurer in MEASURERS:
+        text = measurer.read_text(encoding="utf-8")
+        assert "write_results(" in text, f"{measurer.relative_to(ROOT)} writes its results without write_results"
+        assert "machine()" not in text and '"machine":' not in text, f"{measurer.relative_to(ROOT)}: a block of its own"
+        assert not re.search(r"\.out\.write_text\(json\.dumps", text), f"{measurer.relative_to(ROOT)} writes --out itself"
+
+
+@pytest.mark.parametrize("folder", FIGURES, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_a_runner_that_writes_json_from_a_command_stamps_it(folder: Path):
+    """JSON a runner takes from another program's output (`decisionflow fit --json > FILE`) gets the conditions."""
+    if folder.parent.name == "archive":
+        pytest.skip("kept as a record")
+    text = (folder / "run.sh").read_text(encoding="utf-8")
+    if re.search(r">\s*\$\w+/[\w$.-]*\.json", text):
+        assert "benchmarks.common stamp" in text or "benchmarks.common merge" in text
+
+
+def test_benchmark_scripts_read_labelled_rows_through_quality_labelled():
+    readers = re.compile(r"\bcsv\.|DictReader|read_csv|pandas|\bpd\.")
+    found = [str(path.relative_to(ROOT)) for path in SCRIPTS if readers.search(path.read_text(encoding="utf-8"))]
+    assert not found, f"labelled files read past decisionflow.quality.labelled: {found}"
+
+
+def test_write_results_puts_the_conditions_first(tmp_path: Path):
+    code = ("import sys; from pathlib import Path; from benchmarks.common import write_results\n"
+            "write_results(Path(sys.argv[1]), {'figure': 1.5, 'machine': {'old': True}}, conditions={'dtype': 'float32'})\n")
+    out = tmp_path / "results.json"
+    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert list(written) == ["conditions", "figure"] and written["figure"] == 1.5
+    conditions = written["conditions"]
+    assert {"cpu", "cpu_count", "torch", "transformers", "dtype", "date", "command"} <= set(conditions)
+    assert conditions["dtype"] == "float32" and "write_results" in conditions["command"]
 
 
 def test_every_measurer_answers_help():

@@ -13,3 +13,4 @@ for catalog in auto full; do
   [ $catalog = auto ] || echo "catalog: $catalog" >> $TMP/$catalog/banking77_intent.yaml
   .venv/bin/decisionflow fit $TMP/$catalog/banking77_intent.yaml --data "$DATA/banking77/train.csv" --dtype float32 --no-words --json > $HERE/$catalog.json
 done
+.venv/bin/python -m benchmarks.common stamp --dtype=float32 $HERE/auto.json $HERE/full.json

@@ -17,14 +17,13 @@ stdout as Markdown and to --out as JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from benchmarks.common import DATA, ROOT, SETS, interleaved_medians, read_csv, subsample
+from benchmarks.common import ROOT, SETS, dtype_of, interleaved_medians, labelled, subsample, write_results
 from decisionflow.fitting import fit_heads
 from decisionflow.runtime.heads.fitted import DEFAULT_LAYERS, ZERO_SHOT_FLOOR
 
@@ -39,12 +38,12 @@ def collect(engine, name: str, split: str, cache: Path, *, with_means: bool = Tr
     path = cache / f"{name}-{split}.pt"
     if path.is_file():
         return torch.load(path)
-    rubric_path, field, column = SETS[name]
+    rubric_path, field, _ = SETS[name]
     rubric = load_rubric(ROOT / rubric_path)
     labels = rubric.fields[field].labels
-    rows = [r for r in read_csv(DATA / name / f"{split}.csv") if r[column] in labels]
-    texts = [r["text"] for r in rows]
-    forced = [{field: r[column]} for r in rows] if split == "train" else None
+    rows = [r for r in labelled(name, split) if r.gold[field] in labels]
+    texts = [r.text for r in rows]
+    forced = [{field: r.gold[field]} for r in rows] if split == "train" else None
     began = time.perf_counter()
     outcomes, captured = engine.read_features(rubric, texts, layers=LAYERS, write=forced)
     read_s = time.perf_counter() - began
@@ -66,7 +65,7 @@ def collect(engine, name: str, split: str, cache: Path, *, with_means: bool = Tr
         "mean": torch.stack([means[i] for i in keep]) if means else torch.zeros(len(keep), 0),
         "zero_shot": torch.tensor([[dict(zip(captured[i][field].offered, captured[i][field].zero_shot)).get(j, 0.0)
                                     for j in range(len(labels))] for i in keep]),
-        "gold": torch.tensor([labels.index(rows[i][column]) for i in keep]),
+        "gold": torch.tensor([labels.index(rows[i].gold[field]) for i in keep]),
         "read_s": read_s,
         "errors": sum(1 for o in outcomes if not hasattr(o, "fields")),
     }
@@ -191,14 +190,14 @@ def study_overhead(engine, name: str, repeats: int = 5, requests: int = 40) -> d
     """Per-request latency with and without fitted heads, interleaved in one run (same texts, same engine)."""
     from decisionflow.spec import load_rubric
 
-    rubric_path, field, column = SETS[name]
+    rubric_path, field, _ = SETS[name]
     rubric = load_rubric(ROOT / rubric_path)
     labels = rubric.fields[field].labels
-    train = [r for r in read_csv(DATA / name / "train.csv") if r[column] in labels]
-    rows = [train[i] for i in subsample(torch.tensor([labels.index(r[column]) for r in train]), 5)]
-    fit = fit_heads(engine, rubric, [(r["text"], {field: r[column]}) for r in rows], significance=1.0)
+    train = [r for r in labelled(name, "train") if r.gold[field] in labels]
+    rows = [train[i] for i in subsample(torch.tensor([labels.index(r.gold[field]) for r in train]), 5)]
+    fit = fit_heads(engine, rubric, [(r.text, {field: r.gold[field]}) for r in rows], significance=1.0)
     heads = fit.heads
-    texts = [r["text"] for r in read_csv(DATA / name / "dev.csv")[:requests]]
+    texts = [r.text for r in labelled(name, "dev")[:requests]]
     medians, decision = interleaved_medians(engine, rubric, texts, {"zero_shot": None, "fitted": heads}, repeats)
     assert not heads.fitted_fields or decision.fields[field].method != "zero_shot", "the fitted head did not answer"
     ratio = medians["fitted"] / medians["zero_shot"]
@@ -225,8 +224,7 @@ def main() -> None:
     if args.study == "overhead":
         print("| set | requests | median ms, zero-shot | median ms, fitted head | ratio |\n| --- | --- | --- | --- | --- |")
         results = {name: study_overhead(engine, name) for name in args.sets.split(",")}
-        if args.out:
-            args.out.write_text(json.dumps(results, indent=2) + "\n")
+        write_results(args.out, results, conditions={"dtype": dtype_of(engine)})
         return
     for name in args.sets.split(","):
         means = args.study == "layers"
@@ -244,8 +242,7 @@ def main() -> None:
             ks = [None if k == "all" else int(k) for k in args.ks.split(",")]
             layers = tuple(int(x) for x in args.layers.split(","))
             results[name] = study_curve(name, train, dev, layers, args.input_mean, ks)
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(args.out, results, conditions={"dtype": dtype_of(engine)})
 
 
 if __name__ == "__main__":

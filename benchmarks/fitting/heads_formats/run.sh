@@ -20,4 +20,7 @@ for spec in "banking77 banking77_intent" "clinc150 clinc150_intent"; do
     --out /tmp/formats/$S-float32 > $OUT/$S-eval-float32.json 2> /tmp/$S-eval-f32.err
   .venv/bin/python -m benchmarks.paired_rows /tmp/formats/$S-bfloat16/rows.jsonl /tmp/formats/$S-float32/rows.jsonl \
     --skip-gold oos > $OUT/$S-bfloat16-vs-float32.json
+  .venv/bin/python -m benchmarks.common stamp $OUT/$S-fit.json $OUT/$S-eval-bfloat16.json
+  .venv/bin/python -m benchmarks.common stamp --dtype=float32 $OUT/$S-eval-float32.json
+  .venv/bin/python -m benchmarks.common stamp "--dtype=the default against float32" $OUT/$S-bfloat16-vs-float32.json
 done

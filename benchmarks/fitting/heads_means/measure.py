@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import DATA, ROOT, SETS, write_results
+from benchmarks.common import DATA, ROOT, SETS, dtype_of, write_results
 from benchmarks.paired_rows import paired, read_rows
 
 SKIP_UNKNOWN = {"clinc150"}
@@ -92,14 +92,14 @@ def evaluate(name: str, scratch: Path, variant: str) -> dict[str, Any]:
 
 def overhead(engine: Any, name: str, scratch: Path, *, requests: int = 40, repeats: int = 5) -> dict[str, Any]:
     """Per-request latency with the heads fitted with and without the mean member, interleaved (same texts)."""
-    from benchmarks.common import interleaved_medians, read_csv
+    from benchmarks.common import interleaved_medians, labelled
     from decisionflow.runtime.heads.fitted import Heads
     from decisionflow.spec import load_rubric
 
     rubric_path, _, _ = SETS[name]
     rubric = load_rubric(scratch / Path(rubric_path).name)
     heads = {variant: Heads.load(scratch / f"{variant}.heads.safetensors") for variant in ("with_mean", "without_mean")}
-    texts = [row["text"] for row in read_csv(DATA / name / "dev.csv")[:requests]]
+    texts = [row.text for row in labelled(name, "dev")[:requests]]
     medians, _ = interleaved_medians(engine, rubric, texts, heads, repeats)
     print(f"{name}: median ms with the mean member {medians['with_mean']:.1f}, without {medians['without_mean']:.1f}",
           flush=True)
@@ -109,14 +109,14 @@ def overhead(engine: Any, name: str, scratch: Path, *, requests: int = 40, repea
 
 def read_cost(engine: Any, name: str, *, rows: int = 300, repeats: int = 2) -> dict[str, Any]:
     """Seconds to read `rows` training rows as the fit reads them, with and without the input means."""
-    from benchmarks.common import read_csv
+    from benchmarks.common import labelled
     from decisionflow.runtime.heads.fitted import DEFAULT_LAYERS, DEFAULT_MEAN_LAYERS
     from decisionflow.spec import load_rubric
 
-    rubric_path, field, column = SETS[name]
+    rubric_path, field, _ = SETS[name]
     rubric = load_rubric(ROOT / rubric_path)
-    kept = [row for row in read_csv(DATA / name / "train.csv") if row[column] in rubric.fields[field].labels][:rows]
-    texts, write = [row["text"] for row in kept], [{field: row[column]} for row in kept]
+    kept = [row for row in labelled(name, "train") if row.gold[field] in rubric.fields[field].labels][:rows]
+    texts, write = [row.text for row in kept], [{field: row.gold[field]} for row in kept]
     engine.read_features(rubric, texts[:20], layers=DEFAULT_LAYERS, write=write[:20])  # warm the head
     seconds: dict[str, list[float]] = {"without_mean": [], "with_mean": []}
     for _ in range(repeats):
@@ -141,13 +141,12 @@ def main() -> None:
     engine = Engine.load()
     if args.overhead or args.read_cost:
         results = json.loads(args.out.read_text(encoding="utf-8")) if args.out and args.out.is_file() else {}
-        results.pop("machine", None)
         if args.overhead:
             results.setdefault("overhead", {})[args.overhead] = overhead(engine, args.overhead,
                                                                          args.scratch / args.overhead)
         if args.read_cost:
             results.setdefault("read_cost", {})[args.read_cost] = read_cost(engine, args.read_cost)
-        write_results(args.out, results)
+        write_results(args.out, results, conditions={"dtype": dtype_of(engine)})
         return
     results: dict[str, Any] = {}
     for name in args.sets.split(","):
@@ -168,7 +167,7 @@ def main() -> None:
               f"{figures['paired_dev']['only_first_right']} / {figures['paired_dev']['only_second_right']}, "
               f"p {figures['paired_dev']['mcnemar_p']:.3g}", flush=True)
         results[name] = figures
-        write_results(args.out, {"sets": results})
+        write_results(args.out, {"sets": results}, conditions={"dtype": dtype_of(engine)})
     if args.out is None:
         json.dump(results, sys.stdout, indent=2)
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import DATA, SETS, read_csv, write_results
+from benchmarks.common import SETS, dtype_of, labelled, write_results
 from benchmarks.fitting.heads.measure import collect, layer_slices
 from decisionflow.fitting.training import FUSION_START, fit_fusion, fused
 from decisionflow.runtime.heads.fitted import ZERO_SHOT_FLOOR
@@ -93,8 +93,8 @@ def _word_matrices(name: str, labels: tuple[str, ...]) -> tuple[Any, Any]:
     from decisionflow.fitting.lexical import fit_lexicon, word_matrix
     from decisionflow.runtime.heads.lexical import lexical_text
 
-    _, _, column = SETS[name]
-    texts = {split: [lexical_text(r["text"]) for r in read_csv(DATA / name / f"{split}.csv") if r[column] in labels]
+    _, field, _ = SETS[name]
+    texts = {split: [lexical_text(r.text) for r in labelled(name, split) if r.gold[field] in labels]
              for split in ("train", "dev")}
     lexicon = fit_lexicon(texts["train"])
     return word_matrix(lexicon, texts["train"]), word_matrix(lexicon, texts["dev"])
@@ -248,7 +248,7 @@ def main() -> None:
     args.cache.mkdir(parents=True, exist_ok=True)
     engine = Engine.load()
     results = {name: study(name, engine, args.cache) for name in args.sets.split(",")}
-    write_results(args.out, {"sets": results})
+    write_results(args.out, {"sets": results}, conditions={"dtype": dtype_of(engine)})
 
 
 if __name__ == "__main__":

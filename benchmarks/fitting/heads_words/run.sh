@@ -16,4 +16,5 @@ for spec in "sst2 sentiment" "banking77 banking77_intent" "clinc150 clinc150_int
   $DF eval $D/$W.yaml --data ../shared/data/$S/dev.csv --heads $D/hidden.heads.safetensors --out $D/eval-hidden > $D/eval-hidden.json 2> $D/eval-hidden.err
   cp $D/fit.json $OUT/$S-fit.json; cp $D/fit-hidden.json $OUT/$S-fit-hidden.json
   cp $D/eval.json $OUT/$S-eval.json; cp $D/eval-hidden.json $OUT/$S-eval-hidden.json
+  .venv/bin/python -m benchmarks.common stamp $OUT/$S-fit.json $OUT/$S-fit-hidden.json $OUT/$S-eval.json $OUT/$S-eval-hidden.json
 done

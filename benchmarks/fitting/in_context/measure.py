@@ -19,7 +19,6 @@ the same dev rows. Results go to stdout as Markdown and to --out as JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -29,7 +28,8 @@ from pathlib import Path
 import torch
 
 # The same sets, reader and row sampler as the fitted heads' measurement, so both use the same rows.
-from benchmarks.common import DATA, ROOT, SETS, read_csv, subsample
+from benchmarks.common import ROOT, SETS, dtype_of, labelled, subsample, write_results
+from decisionflow.quality.labelled import LabelledRow
 from decisionflow.stats import mcnemar
 
 DEV_SUBSET = {"banking77": 300, "clinc150": 300}
@@ -37,19 +37,20 @@ DEV_SUBSET = {"banking77": 300, "clinc150": 300}
 
 
 def examples_for(
-    rubric, field: str, column: str, train: list[dict[str, str]], k: int, order_seed: int = 0
+    rubric, field: str, train: list[LabelledRow], k: int, order_seed: int = 0
 ) -> list[tuple[str, dict]]:
     labels = rubric.fields[field].labels
-    gold = [labels.index(r[column]) for r in train]
+    gold = [labels.index(r.gold[field]) for r in train]
     chosen = subsample(torch.tensor(gold), k)
     random.Random(order_seed).shuffle(chosen)
     examples = []
     for i in chosen:
         row = train[i]
         # Every field of the rubric the training row labels (issue_triage: `label` and `repo`).
-        answers = {name: row[name] for name in rubric.fields if name in row and row[name] in rubric.fields[name].labels}
-        answers[field] = row[column]
-        examples.append((row["text"], answers))
+        answers = {name: row.gold[name] for name in rubric.fields
+                   if name in row.gold and row.gold[name] in rubric.fields[name].labels}
+        answers[field] = row.gold[field]
+        examples.append((row.text, answers))
     return examples
 
 
@@ -108,14 +109,15 @@ def main() -> None:
           flush=True)
     results, skipped, table = [], [], []
     for name in args.sets.split(","):
-        rubric_path, field, column = SETS[name]
+        rubric_path, field, _ = SETS[name]
         rubric = load_rubric(ROOT / rubric_path)
         labels = rubric.fields[field].labels
-        train = [r for r in read_csv(DATA / name / "train.csv") if r[column] in labels]
-        dev = [r for r in read_csv(DATA / name / "dev.csv") if r[column] in labels]
+        train = [r for r in labelled(name, "train") if r.gold[field] in labels]
+        every_dev = labelled(name, "dev")
+        dev = [r for r in every_dev if r.gold[field] in labels]
         if name in DEV_SUBSET:
             dev = random.Random(0).sample(dev, DEV_SUBSET[name])
-        texts, gold = [r["text"] for r in dev], [r[column] for r in dev]
+        texts, gold = [r.text for r in dev], [r.gold[field] for r in dev]
 
         def compiled_with(examples, rubric=rubric):
             return compile_rubric(engine.tokenizer, with_examples(rubric, examples), mode=engine.options.mode,
@@ -124,7 +126,7 @@ def main() -> None:
         plain = compiled_with(())
         longest = max(len(plain.request_tokens(t)) for t in texts)
         fixed0 = plain.positions_before_input
-        print(f"\n{name}: {len(dev)} dev rows (of {len(read_csv(DATA / name / 'dev.csv'))}), zero-shot head "
+        print(f"\n{name}: {len(dev)} dev rows (of {len(every_dev)}), zero-shot head "
               f"{len(plain.head_tokens)} tokens, longest dev request {longest} tokens", flush=True)
         fitting = [t for t in texts if fixed0 + len(plain.request_tokens(t)) <= context]
         if len(fitting) < len(texts):
@@ -142,7 +144,7 @@ def main() -> None:
         engine.prepared.clear()
         for k in (int(x) for x in args.ks.split(",")):
             for order_seed in (int(x) for x in args.order_seeds.split(",")):
-                examples = examples_for(rubric, field, column, train, k, order_seed)
+                examples = examples_for(rubric, field, train, k, order_seed)
                 compiled = compiled_with(examples)
                 extra = len(compiled.head_tokens) - len(plain.head_tokens)
                 need = compiled.positions_before_input + longest
@@ -180,7 +182,7 @@ def main() -> None:
     if args.out:
         for row in results:
             row.pop("right", None)
-        args.out.write_text(json.dumps({"results": results, "skipped": skipped}, indent=2) + "\n")
+        write_results(args.out, {"results": results, "skipped": skipped}, conditions={"dtype": dtype_of(engine)})
 
 
 if __name__ == "__main__":

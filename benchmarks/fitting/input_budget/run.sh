@@ -17,6 +17,7 @@ for budget in "${@:-full 512 256 128}"; do
   tail -1 $D/fit.err > $OUT/fit-$b.time
   $DF eval $D/issue_triage.yaml --data $DATA/dev.csv --field label --baseline tfidf \
     --train $DATA/train.csv --out $OUT/eval-$b > $OUT/eval-$b.json 2> $D/eval.err
+  .venv/bin/python -m benchmarks.common stamp $OUT/fit-$b.json $OUT/eval-$b.json
   echo "$b done $(date)" >> /tmp/budget/progress.txt
  done
 done

@@ -27,7 +27,6 @@ signed-rank test on the absolute errors.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import subprocess
@@ -39,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from benchmarks.common import dtype_of, write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_PACKAGE = "vaderSentiment==3.3.2"
@@ -253,7 +254,8 @@ def main() -> None:
         for row in results:
             for key in ("zero_shot", "multinomial", "ordinal", "as_chosen"):
                 row[key] = {k: v for k, v in row[key].items() if k != "answers"}
-        args.out.write_text(json.dumps({"dtype": args.dtype, "dev_rows": DEV_ROWS, "results": results}, indent=1) + "\n")
+        write_results(args.out, {"dtype": args.dtype, "dev_rows": DEV_ROWS, "results": results},
+                      conditions={"dtype": dtype_of(engine)})
 
 
 if __name__ == "__main__":

@@ -7,4 +7,3 @@ cd "$(dirname "$0")/../../.."
 HERE=benchmarks/fitting/score_heads
 DATA=${DATA:-../shared/data}
 .venv/bin/python -m benchmarks.fitting.score_heads.measure --out $HERE/results.json
-.venv/bin/python -m benchmarks.common stamp $HERE/results.json

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks.common import DATA, ROOT, read_csv, write_results
+from benchmarks.common import ROOT, labelled, write_results
 
 
 def main() -> None:
@@ -22,7 +22,7 @@ def main() -> None:
     from decisionflow import Engine
     from decisionflow.spec import load_rubric
 
-    texts = [row["text"] for row in read_csv(DATA / "banking77" / "dev.csv")][:40]
+    texts = [row.text for row in labelled("banking77", "dev")][:40]
     rubric = load_rubric(ROOT / "workflows" / "banking77_intent.yaml")
     print("| dtype | largest |Δp| batch vs reversed | changed | largest |Δp| batch vs alone (10) | changed |")
     print("| --- | ---: | ---: | ---: | ---: |")
@@ -42,7 +42,8 @@ def main() -> None:
         print(f"| {dtype} | {order_gap:.4f} | {order_changed} | {alone_gap:.4f} | {alone_changed} |", flush=True)
         table[dtype] = {"largest_gap_batch_vs_reversed": order_gap, "changed_batch_vs_reversed": order_changed,
                         "largest_gap_batch_vs_alone": alone_gap, "changed_batch_vs_alone": alone_changed}
-    write_results(args.out, {"rows": len(texts), "alone_rows": 10, "field": "intent", "by_dtype": table})
+    write_results(args.out, {"rows": len(texts), "alone_rows": 10, "field": "intent", "by_dtype": table},
+                  conditions={"dtype": "float32 and bfloat16"})
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
+from benchmarks.common import dtype_of, write_results
 from decisionflow.bench.presets import load_preset
 from decisionflow.compiler import Catalog
 from decisionflow.quality import corrections, metrics
@@ -77,6 +78,7 @@ def main() -> None:
     args = parser.parse_args()
     base = Engine.load(threads=args.threads)
     results = json.loads(args.out.read_text()) if args.out and args.out.is_file() else {}
+    results = {key: value for key, value in results.items() if key not in ("conditions", "machine")}
     for strategy in STRATEGIES:
         engine = Engine(base.loaded, options=EngineOptions(catalog=strategy))
         entry = results.setdefault(strategy.value, {})
@@ -85,9 +87,7 @@ def main() -> None:
         if args.part in ("all", "accuracy"):
             entry.update({name: accuracy(engine, args.data, name) for name in args.sets.split(",")})
         print(strategy.value, json.dumps(entry), flush=True)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(results, indent=2) + "\n")
+        write_results(args.out, results, conditions={"dtype": dtype_of(base)})
 
 
 if __name__ == "__main__":

@@ -7,4 +7,3 @@ cd "$(dirname "$0")/../../.."
 HERE=benchmarks/quality/catalog
 DATA=${DATA:-../shared/data}
 .venv/bin/python -m benchmarks.quality.catalog.measure --data "$DATA" --part all --out $HERE/results.json
-.venv/bin/python -m benchmarks.common stamp $HERE/results.json

@@ -21,13 +21,12 @@ dev rows with them; a field keeps zero-shot where its head did not win in cross-
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import DATA, ROOT, SETS, read_csv, subsample
+from benchmarks.common import ROOT, SETS, labelled, subsample, write_results
 
 AGREEMENT = 0.97
 SIGNIFICANCE = 0.05
@@ -49,14 +48,14 @@ def read(engine, rubric, field: str, texts: list[str], heads=None) -> tuple[list
     return readings, time.perf_counter() - began
 
 
-def training_rows(name: str, rubric, field: str, column: str, k: int) -> list[tuple[str, dict]]:
+def training_rows(name: str, rubric, field: str, k: int) -> list[tuple[str, dict]]:
     """K training rows per label (seed 0): the same rows for both engines."""
     import torch
 
     labels = rubric.fields[field].labels
-    rows = [r for r in read_csv(DATA / name / "train.csv") if r[column] in labels]
-    chosen = subsample(torch.tensor([labels.index(r[column]) for r in rows]), k)
-    return [(rows[i]["text"], {field: rows[i][column]}) for i in chosen]
+    rows = [r for r in labelled(name, "train") if r.gold[field] in labels]
+    chosen = subsample(torch.tensor([labels.index(r.gold[field]) for r in rows]), k)
+    return [(rows[i].text, {field: rows[i].gold[field]}) for i in chosen]
 
 
 def fitted_heads(engine, rubric, rows: list) -> tuple:
@@ -71,16 +70,16 @@ def compare(name: str, engines: dict, limit: int | None, fit: int | None = None)
     from decisionflow.spec import load_rubric
     from decisionflow.stats import mcnemar_exact
 
-    rubric_path, field, column = SETS[name]
+    rubric_path, field, _ = SETS[name]
     rubric = load_rubric(ROOT / rubric_path)
-    rows = [r for r in read_csv(DATA / name / "dev.csv") if r[column] in rubric.fields[field].labels]
+    rows = [r for r in labelled(name, "dev") if r.gold[field] in rubric.fields[field].labels]
     if limit is not None and limit < len(rows):
         rows = random.Random(0).sample(rows, limit)
-    texts, gold = [r["text"] for r in rows], [r[column] for r in rows]
+    texts, gold = [r.text for r in rows], [r.gold[field] for r in rows]
     heads = {label: None for label in engines}
     fitting = {}
     if fit is not None:
-        train = training_rows(name, rubric, field, column, fit)
+        train = training_rows(name, rubric, field, fit)
         for label, engine in engines.items():
             heads[label], seconds, fitted = fitted_heads(engine, rubric, train)
             fitting[label] = {"rows": len(train), "seconds": seconds, "fitted_fields": fitted}
@@ -128,9 +127,9 @@ def main() -> None:
     verdict = all(r["equivalent"] for r in results)
     print(f"\nB is {'equivalent' if verdict else 'NOT equivalent'} to A on {', '.join(r['set'] for r in results)} "
           f"(no significant loss at p < {SIGNIFICANCE} and agreement >= {AGREEMENT:.0%} on every set)")
-    if args.out:
-        args.out.write_text(json.dumps({"a": args.a, "b": args.b, "fit": fit, "results": results, "equivalent": verdict},
-                                       indent=2) + "\n")
+    dtypes = " against ".join(str(parse_setting(text).get("dtype", "auto")) for text in (args.a, args.b))
+    write_results(args.out, {"a": args.a, "b": args.b, "fit": fit, "results": results, "equivalent": verdict},
+                  conditions={"dtype": dtypes})
 
 
 if __name__ == "__main__":

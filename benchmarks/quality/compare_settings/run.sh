@@ -8,4 +8,3 @@ HERE=benchmarks/quality/compare_settings
 DATA=${DATA:-../shared/data}
 .venv/bin/python -m benchmarks.quality.compare_settings.measure --a dtype=float32 --b dtype=bfloat16 --out $HERE/zero-shot.json
 .venv/bin/python -m benchmarks.quality.compare_settings.measure --a dtype=float32 --b dtype=bfloat16 --fit sst2=250,banking77=10,clinc150=10,nlbse24_issues=40 --out $HERE/fitted.json
-.venv/bin/python -m benchmarks.common stamp $HERE/zero-shot.json $HERE/fitted.json

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import dtype_of, write_results
 from decisionflow.quality import corrections, metrics
 from decisionflow.quality.labelled import LabelledRow, load_labelled, select_rows
 from decisionflow.quality.readings import read_rows
@@ -372,8 +373,7 @@ def main() -> None:
                                         f"{name} {wording}")
         gold = [r.gold[spec.field] for r in rows]
         summary["sets"][name] = analyse_set(spec, order0, reordered, subset, wordings, gold, orders, args)
-        summary_path.parent.mkdir(parents=True, exist_ok=True)
-        summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        write_results(summary_path, summary, conditions={"dtype": dtype_of(engine) if engine is not None else None})
         (args.out / "summary.md").write_text(markdown(summary), encoding="utf-8")
         log(f"{name}: analysed; {args.out / 'summary.md'}")
 

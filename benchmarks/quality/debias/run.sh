@@ -14,4 +14,3 @@ RUNS=${RUNS:-$(mktemp -d)}   # the raw per-row runs (megabytes; reused when a ru
 .venv/bin/python -m benchmarks.quality.debias.measure --data "$DATA" --sets issues,clinc150 --limit 300 --orders 2 --permutation-rows 100 --out $RUNS
 cp $RUNS/summary.json $HERE/results.json
 cp $RUNS/summary.md $HERE/results.md
-.venv/bin/python -m benchmarks.common stamp $HERE/results.json

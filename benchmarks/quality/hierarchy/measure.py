@@ -21,6 +21,7 @@ import json
 import time
 from pathlib import Path
 
+from benchmarks.common import dtype_of, write_results
 from decisionflow.quality.labelled import load_labelled, select_rows
 from decisionflow.runtime import executor
 from decisionflow.runtime.engine import Engine
@@ -62,6 +63,7 @@ def main() -> None:
         diagnose(engine, texts, [r.gold["intent"] for r in rows], labels["domain_of_intent"], args.out)
         return
     results = json.loads(args.out.read_text()) if args.out and args.out.is_file() else {}
+    results = {key: value for key, value in results.items() if key not in ("conditions", "machine")}
     for name, rubric in variants().items():
         if name not in chosen:
             continue
@@ -81,9 +83,7 @@ def main() -> None:
             entry["ms_per_request_alone"] = sorted(single)[len(single) // 2]
             results[f"{name}/{debias}"] = entry
             print(name, debias, json.dumps(entry), flush=True)
-            if args.out:
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(results, indent=2) + "\n")
+            write_results(args.out, results, conditions={"dtype": dtype_of(engine)})
 
 
 def diagnose(engine: Engine, texts: list[str], gold: list[str], domain_of: dict[str, str], out: Path | None) -> None:
@@ -113,9 +113,7 @@ def diagnose(engine: Engine, texts: list[str], gold: list[str], domain_of: dict[
     figures["domain_accuracy_greedy_needs_to_match_flat"] = figures["flat"] / figures["intent_under_gold_domain"]
     figures["n"] = len(gold)
     print(json.dumps(figures, indent=2), flush=True)
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(figures, indent=2) + "\n")
+    write_results(out, figures, conditions={"dtype": dtype_of(engine)})
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import DATA, machine
+from benchmarks.common import DATA, dtype_of, write_results
 from decisionflow.bench.presets import load_preset
 from decisionflow.quality import corrections, metrics
 from decisionflow.quality.labelled import load_labelled, select_rows
@@ -158,14 +158,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     engine = Engine.load(dtype=args.dtype, persist_heads=False)
-    result: dict[str, Any] = {"machine": machine(), "dtype": str(engine.backend.dtype).removeprefix("torch.")}
+    result: dict[str, Any] = {"dtype": dtype_of(engine)}
     if args.part == "accuracy":
         result["sets"] = {name: accuracy(engine, args.data, name, args.limit) for name in args.sets.split(",")}
     else:
         result["speed"] = speed(engine, args.repeats)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2))
+    write_results(args.out, result, conditions={"dtype": result["dtype"]})
 
 
 if __name__ == "__main__":

@@ -183,7 +183,7 @@ def main() -> None:
                   f"largest gap {row['largest_probability_gap']:.1e}, same answers {row['same_answers']}", flush=True)
         results["at_limit"] = at_limit(client, engine, model, Limits().max_question_set_row_tokens)
     results["load_average_after"] = list(os.getloadavg())
-    write_results(args.out, results)
+    write_results(args.out, results, conditions={"dtype": results["dtype"]})
 
 
 if __name__ == "__main__":

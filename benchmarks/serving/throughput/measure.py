@@ -241,18 +241,18 @@ def main() -> None:
     parser.add_argument("--skip-batch", action="store_true")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "measure_serving.json")
     args = parser.parse_args()
+    from benchmarks.common import write_results
+
     concurrency = [int(n) for n in args.concurrency.split(",")]
     print(f"serving: {args.requests_per_client} requests per client at {concurrency} clients", flush=True)
     serving = measure_serving(args.requests_per_client, concurrency)
     batch = {} if args.skip_batch else measure_batch(args.rows, args.num_actors, args.skip_ray)
     report = {
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "workload": {"serving": {"route": "/v1/systemone", "questions": QUESTIONS, "requests_per_client": args.requests_per_client},
                      "batch": {"rubric": "sentiment", "rows": [args.rows, 2 * args.rows]}},
         "serving": serving, "batch": batch,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_results(args.out, report)
     print()
     print(table(serving, batch))
     print(f"\nwritten to {args.out}")

@@ -7,4 +7,3 @@ cd "$(dirname "$0")/../../.."
 HERE=benchmarks/serving/throughput
 DATA=${DATA:-../shared/data}
 .venv/bin/python -m benchmarks.serving.throughput.measure --out $HERE/results.json
-.venv/bin/python -m benchmarks.common stamp $HERE/results.json

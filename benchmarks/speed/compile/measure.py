@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import ROOT, write_results
+from benchmarks.common import ROOT, dtype_of, write_results
 from decisionflow.runtime.engine import Engine
 from decisionflow.runtime.passes import backend, forward
 from decisionflow.runtime.passes.ops import TorchOps
@@ -65,7 +65,7 @@ def main() -> None:
         "first_request_extra_ms": round(first - eager[0]),
     }
     print(json.dumps(report))
-    write_results(args.out, report)
+    write_results(args.out, report, conditions={"dtype": dtype_of(engine)})
 
 
 if __name__ == "__main__":

@@ -16,4 +16,4 @@ for dtype in float32 bfloat16; do
   .venv/bin/decisionflow eval workflows/clinc150_intent.yaml --data "$DATA/clinc150/dev.csv" --limit 300 --no-heads --dtype $dtype --out "$TMP/clinc150-$dtype"
   for set in sst2 issues banking77 clinc150; do parts+=("$set-$dtype=$TMP/$set-$dtype/eval.json"); done
 done
-.venv/bin/python -m benchmarks.common merge $HERE/results.json "${parts[@]}"
+.venv/bin/python -m benchmarks.common merge "--dtype=float32 and bfloat16" $HERE/results.json "${parts[@]}"

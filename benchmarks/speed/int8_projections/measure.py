@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import DATA, ROOT, SETS, read_csv, write_results
+from benchmarks.common import ROOT, SETS, labelled, write_results
 
 WORKLOADS = ("support_triage", "fintech_fraud", "code_security", "high_cardinality_255", "model_routing_route")
 DEV_LIMIT = {"banking77": 400, "clinc150": 400}
@@ -95,12 +95,12 @@ def dev_answers(engine) -> dict:
     from decisionflow.spec import load_rubric
 
     answers = {}
-    for name, (rubric_path, field, column) in SETS.items():
+    for name, (rubric_path, field, _) in SETS.items():
         rubric = load_rubric(ROOT / rubric_path)
-        rows = [row for row in read_csv(DATA / name / "dev.csv") if row[column] in rubric.fields[field].labels]
+        rows = [row for row in labelled(name, "dev") if row.gold[field] in rubric.fields[field].labels]
         rows = rows[: DEV_LIMIT.get(name, len(rows))]
-        decided = engine.decide_many(rubric, [row["text"] for row in rows])
-        answers[name] = {"gold": [row[column] for row in rows], "answers": [d.fields[field].value for d in decided]}
+        decided = engine.decide_many(rubric, [row.text for row in rows])
+        answers[name] = {"gold": [row.gold[field] for row in rows], "answers": [d.fields[field].value for d in decided]}
     return answers
 
 
@@ -138,7 +138,8 @@ def main() -> None:
                              "right_only_int8": only_b, "mcnemar_p": mcnemar_exact(only_a, only_b),
                              "agreement": sum(x == y for x, y in zip(a, b)) / len(gold)}
         print(name, results[name], flush=True)
-    write_results(args.out, {"variant": args.variant, "part": args.part, "results": results})
+    write_results(args.out, {"variant": args.variant, "part": args.part, "results": results},
+                  conditions={"dtype": f"bfloat16 against int8 projections ({args.variant})"})
 
 
 if __name__ == "__main__":

@@ -83,7 +83,8 @@ def main() -> None:
         print(f"| {kind} | {times[kind]:.2f} | {times['float32 packed'] / times[kind]:.2f}x |")
     write_results(args.out, {"tokens": args.tokens, "repeats": args.repeats, "projections": PROJECTIONS,
                              "ms_per_layer": times,
-                             "speed_vs_float32_packed": {kind: times["float32 packed"] / times[kind] for kind in kinds}})
+                             "speed_vs_float32_packed": {kind: times["float32 packed"] / times[kind] for kind in kinds}},
+                  conditions={"dtype": "each format in turn: " + ", ".join(times)})
 
 
 if __name__ == "__main__":
