@@ -203,6 +203,10 @@ class DecisionService:
         """`POST /v1/decisions` (see `decisions`)."""
         return await self._question_set(self.routes.decisions, self._decisions_request, raw, note)
 
+    async def question_set(self, route: QuestionSetRoute, raw: bytes, note: RequestNote) -> Any:
+        """A question-set route of a format `app` wires on its own (`POST /v1/rubrics/decide`, see `inline`)."""
+        return await self._question_set(route, functools.partial(self._question_set_request, route), raw, note)
+
     # Each route's steps on the helper threads, by name (a request's own work, as its log and stops count it).
     def _systemone_request(self, raw: bytes, client: str, cancellation: Cancellation) -> tuple[Any, Any, int]:
         return self._question_set_request(self.routes.systemone, raw, client, cancellation)

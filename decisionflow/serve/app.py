@@ -4,7 +4,8 @@
     uvicorn.run(app)                              # or `decisionflow serve`
 
 Routes: `/v1/chat/completions` (`openai_chat`), `/v1/decisions` (`decisions`), `/v1/systemone` (`systemone`),
-`/v1/rubrics/{name}/decide` (`rubrics`), `/v1/rubrics`, `/v1/models`, `/healthz`, `/readyz` and `/metrics`.
+`/v1/rubrics/{name}/decide` (`rubrics`), `/v1/rubrics/decide` (`inline`), `/v1/rubrics`, `/v1/models`, `/healthz`,
+`/readyz` and `/metrics`; `GET /` is the playground, a static page calling those routes (`page`).
 Each wire format is a module of its own (its request read into a question set or inputs, its decision
 written as its answer); what every route shares (the queue, the budgets of new question sets, the limits,
 micro-batching) is `admission`; this module holds what is HTTP's: which route reads its body with which
@@ -62,10 +63,13 @@ from .admission import (
 from .body import json_content_type, parse_json
 from .decisions import ROUTE as DECISIONS_ROUTE
 from .decisions import Decisions, parse_decision_request
+from .inline import ROUTE as INLINE_ROUTE
+from .inline import InlineRubricFormat, parse_inline_request
 from .logs import log
 from .metrics import CONTENT_TYPE, Metrics
 from .openai_chat import ROUTE as CHAT_ROUTE
 from .openai_chat import OpenAIChat, error_body, parse_chat_request
+from .page import PAGE_PATHS, add_page
 from .refusals import HttpRefusal, Refusal, internal_error, refusal_of
 from .registry import RubricRegistry
 from .rubrics import decide_named, parse_inputs
@@ -149,6 +153,7 @@ def create_app(engine: Engine, registry: RubricRegistry | None = None, settings:
         rubric_inputs=_reads(lambda body: parse_inputs(body, limits)),
     )
     service = DecisionService(engine, registry, settings, metrics, model_name=model_name, routes=routes)
+    inline = QuestionSetRoute(InlineRubricFormat(limits), _reads(lambda body: parse_inline_request(body, limits)))
     access = settings.access
 
     @asynccontextmanager
@@ -208,6 +213,11 @@ def create_app(engine: Engine, registry: RubricRegistry | None = None, settings:
         """Decide `{"text": ...}` (what `decisionflow run --json` prints) or `{"texts": [...]}` (`{"results": [...]}`)."""
         return await answered(request, lambda raw, note: decide_named(service, name, raw, note))
 
+    @app.post(INLINE_ROUTE)
+    async def decide_inline(request: Request) -> Response:
+        """Decide `{"rubric": "<YAML>", "text": ...}`: a rubric sent with its input, as a question set (see `inline`)."""
+        return await answered(request, lambda raw, note: service.question_set(inline, raw, note))
+
     @app.post(CHAT_ROUTE)
     async def chat_completions(request: Request) -> Response:
         """OpenAI's Chat Completions with `response_format` json_schema, or `tools` and a forced `tool_choice`:
@@ -256,6 +266,8 @@ def create_app(engine: Engine, registry: RubricRegistry | None = None, settings:
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)  # milliseconds: not worth a queue behind parsing
 
+    add_page(app)
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException) -> Response:
         kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(error.status_code, "HTTPError")
@@ -263,7 +275,7 @@ def create_app(engine: Engine, registry: RubricRegistry | None = None, settings:
         return refusal_response(note_of(request), Refusal(error.status_code, kind, str(error.detail), where,
                                                           headers=dict(error.headers or {})))
 
-    open_paths = set()
+    open_paths = set(PAGE_PATHS)  # the playground's page and assets: static, no data
     if not access.protect_health:
         open_paths |= PROBE_PATHS
     if not access.protect_metrics:
