@@ -22,7 +22,7 @@ error is recorded for that row and the run goes on) and skipped when the `--budg
    time: one request of 1, 8 and 28 fields of the support_triage preset per path (torch with SDPA,
    the fair baseline; Triton); 32 requests in one engine batch (`max_batch_tokens` raised: its two
    passes, the pinned first field's and the rest, and the engine batches it took are recorded); the floor per path (one bare pass over
-   the request's tokens after the cached head); greedy `generate` of the same JSON's length.
+   the request's tokens after the cached prefix); greedy `generate` of the same JSON's length.
 
 Every row rewrites the JSON (`--out`, default `$OUT/gpu_check.json`, else `out/gpu_check.json`) and
 appends to the log beside it (`gpu_check.log`), so a run cut short still leaves its rows. With
@@ -282,7 +282,7 @@ def check_kernels(report: Report, device: Any) -> None:
     shape = SMOKE if ARGS.smoke else QWEN25_15B
     hidden, heads, kv_heads = shape["hidden_size"], shape["num_attention_heads"], shape["num_key_value_heads"]
     head_dim, ffn = hidden // heads, shape["intermediate_size"]
-    # A pass of one request after its input (a chain), then branching rows; its context and the head.
+    # A pass of one request after its input (a chain), then branching rows; its context and the prefix.
     tokens, context, prefix = (37, 11, 53) if ARGS.smoke else (512, 256, 1024)
     for dtype_name in ("float32", "bfloat16"):
         dtype = getattr(torch, dtype_name)
@@ -534,16 +534,16 @@ def time_engine(report: Report, device: Any, model: Any, vocabulary: Any) -> Non
                 request = compiled.request_tokens(text)
                 decision = engine.decide(rubric, text)
                 row.update(path=path_name(engine), passes=decision.stats.forward_passes, request_tokens=len(request),
-                           head_tokens=len(compiled.head_tokens),
+                           prefix_tokens=len(compiled.prefix_tokens),
                            **timed(lambda e=engine, r=rubric: e.decide(r, text), device, repeats))
-                head = engine.backend.prefill_head(list(compiled.head_tokens))
+                prefix = engine.backend.prefill_prefix(list(compiled.prefix_tokens))
 
-                def floor(backend: Any = engine.backend, request: list[int] = request, head: Any = head) -> Any:
+                def floor(backend: Any = engine.backend, request: list[int] = request, prefix: Any = prefix) -> Any:
                     packed = PackedPass()
                     last = -1
                     for token in request:
                         last = packed.add(token, parent=last, request=0)
-                    return backend.run_pass(head, [RequestContext()], packed, [last])
+                    return backend.run_pass(prefix, [RequestContext()], packed, [last])
 
                 row.update({f"floor_{k}": v for k, v in timed(floor, device, repeats).items()})
                 row["x_floor"] = row["ms_wall"] / row["floor_ms_wall"]
@@ -555,7 +555,7 @@ def time_engine(report: Report, device: Any, model: Any, vocabulary: Any) -> Non
                 engine = engines["torch"]
                 compiled, _ = engine.compile(rubric)
                 answer_tokens = canonical_object_tokens(compiled)
-                prompt = torch.tensor([list(compiled.head_tokens) + compiled.request_tokens(text)], device=device)
+                prompt = torch.tensor([list(compiled.prefix_tokens) + compiled.request_tokens(text)], device=device)
                 pad = loaded.tokenizer.pad_token_id
 
                 def generate(prompt: Any = prompt, answer_tokens: int = answer_tokens, pad: Any = pad) -> Any:
@@ -576,19 +576,19 @@ def time_engine(report: Report, device: Any, model: Any, vocabulary: Any) -> Non
                 continue
             engine = engine_for(loaded, kernels, device, max_batch_tokens=1 << 20)
             passes: list[int] = []
-            original = backend_module.TransformersBackend.run_pass_with_features
+            original = backend_module.DecoderBackend.run_pass_with_features
 
             def counting(self: Any, *args: Any, passes: list[int] = passes, original: Any = original, **kwargs: Any) -> Any:
                 passes.append(len(args[2]))
                 return original(self, *args, **kwargs)
 
             if not ARGS.smoke:
-                engine.decide_many(rubric, batch_texts)  # compile, head, warm-up
-            backend_module.TransformersBackend.run_pass_with_features = counting
+                engine.decide_many(rubric, batch_texts)  # compile, prefix, warm-up
+            backend_module.DecoderBackend.run_pass_with_features = counting
             try:
                 decisions = engine.decide_many(rubric, batch_texts)
             finally:
-                backend_module.TransformersBackend.run_pass_with_features = original
+                backend_module.DecoderBackend.run_pass_with_features = original
             single = next((r for r in report.data["timing"] if r.get("what") == "request" and r.get("ok")
                            and r["fields"] == counts[-1] and r["kernels"] == kernels), None)
             if single is None:

@@ -176,7 +176,7 @@ def slow_body(port: int, key: str) -> int:
 
 
 def preparation_cost(connection: http.client.HTTPConnection, sets: int = 3) -> dict:
-    """Median milliseconds of a new question set's first request (compile, head prefill, content-free
+    """Median milliseconds of a new question set's first request (compile, prefix prefill, content-free
     reading, the decision) and of the same request once the set is prepared, one client, idle server."""
     new, prepared = [], []
     for number in range(sets):

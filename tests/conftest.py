@@ -37,7 +37,7 @@ def bfloat16_engine(engine):
     """The bundled model in bfloat16 (what `auto` picks on a CPU that multiplies it), beside the float32 one."""
     from decisionflow.runtime.engine import Engine
 
-    return Engine.load(dtype="bfloat16", persist_heads=False)
+    return Engine.load(dtype="bfloat16", persist_prefixes=False)
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ def packed_and_alone(engine, compiled, text: str):
     the packed log-probs and the same log-probs from a plain forward over the row's path alone."""
     from decisionflow.runtime.passes.backend import PackedPass, RequestContext
 
-    head = engine.backend.prefill_head(list(compiled.head_tokens))
+    prefix = engine.backend.prefill_prefix(list(compiled.prefix_tokens))
     request = compiled.request_tokens(text)
     packed, last, reads = PackedPass(), -1, []
     for token in request:
@@ -41,6 +41,6 @@ def packed_and_alone(engine, compiled, text: str):
                 path.append(field.row_tokens[position])
                 position = field.row_parents[position]
             reads.append((base + local, path[::-1]))
-    logprobs = engine.backend.run_pass(head, [RequestContext()], packed, [g for g, _ in reads])
-    prefix = list(compiled.head_tokens) + request
+    logprobs = engine.backend.run_pass(prefix, [RequestContext()], packed, [g for g, _ in reads])
+    prefix = list(compiled.prefix_tokens) + request
     return [(logprobs[i], engine.backend.forward_plain(prefix + path)) for i, (_, path) in enumerate(reads)]

@@ -50,10 +50,10 @@ ROOMS = {
     "passes": {"passes"},
     "readout": {"readout", "result"},
     "heads": {"heads"},
-    "model": {"model", "passes", "head_store"},
+    "model": {"model", "passes", "prefix_store"},
 }
 """What each room of `runtime` may import from `runtime` itself. The passes know no fields, the readout no
-hidden states, the fitted heads no pass; loading reaches the decoder it builds and the head store's
+hidden states, the fitted heads no pass; loading reaches the decoder it builds and the prefix store's
 warning. None imports the engine, the prepared-rubric cache or the executor, which import them."""
 ROOM_EXCEPTIONS = {"decisionflow.runtime.model.model_check": {"engine", "readout"}}
 """`check-model` runs an engine over the model it checks (through the plain-forward reference): it uses the

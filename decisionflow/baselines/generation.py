@@ -230,14 +230,14 @@ def finish_generation(method: str, rubric: Rubric, text: str, new: list[int], cl
 
 
 def json_generate(engine: Engine, target: Any, payload: Any, *, max_new_tokens: int | None = None) -> MethodResult:
-    """Greedy JSON generation from decisionflow's prompt (head + input + tail, object already opened).
+    """Greedy JSON generation from decisionflow's prompt (prefix + input + tail, object already opened).
 
     Stops on the token that closes the object. `max_new_tokens` defaults to twice the token length
     of a complete canonical answer; a run that reaches the cap unclosed is invalid.
     """
     compiled, _ = engine.compile(target)
     began = time.perf_counter()
-    prompt_ids = list(compiled.head_tokens) + compiled.request_tokens(payload)
+    prompt_ids = list(compiled.prefix_tokens) + compiled.request_tokens(payload)
     cap = max_new_tokens if max_new_tokens is not None else 2 * canonical_object_tokens(compiled)
     opener = compiled.layout.opener
     new, closed, _ = generate_until_closed(engine, prompt_ids, opener=opener, max_new_tokens=cap)

@@ -51,12 +51,12 @@ def json_schema(rubric: Rubric) -> dict[str, Any]:
 
 
 def _prompt_without_opener(compiled: Any, payload: Any) -> list[int]:
-    """head + input + tail with the JSON opener left out, for a grammar that writes it itself."""
+    """prefix + input + tail with the JSON opener left out, for a grammar that writes it itself."""
     opener = compiled.layout.opener
-    head = list(compiled.head_tokens)
+    prefix = list(compiled.prefix_tokens)
     text = compiled.request_text(payload) + compiled.parts.tail[: -len(opener)]
-    rest = compiled.view.suffix_after(head, compiled.parts.head, text)
-    return head + (rest if rest is not None else compiled.view.encode(text))
+    rest = compiled.view.suffix_after(prefix, compiled.parts.prefix, text)
+    return prefix + (rest if rest is not None else compiled.view.encode(text))
 
 
 class GrammarConstrained:

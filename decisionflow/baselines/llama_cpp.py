@@ -5,7 +5,7 @@ own quantised format with hand-written kernels, and constrains generation with a
 a JSON schema. Run through `llama-cpp-python` (`pip install 'decisionflow[llamacpp]'`; it compiles
 llama.cpp from source, minutes on two cores), as a user's code would: greedy, its prompt cache on (the
 state after each call is kept in memory and the longest cached prefix of the next prompt restored, so the
-rubric's head is not prefilled again).
+rubric's prefix is not prefilled again).
 
 The prompt is decisionflow's own token for token (the model's chat template around the rubric's system
 turn and the input, `grammar._prompt_without_opener`): the grammar has the model write the `{`. llama.cpp's
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..runtime.engine import Engine
 
 CACHE_BYTES = 2 << 30
-"""The prompt cache's capacity: the head states of every bench workload at once."""
+"""The prompt cache's capacity: the prefix states of every bench workload at once."""
 
 
 def gguf_file(engine: Engine) -> Path:

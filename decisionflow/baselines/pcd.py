@@ -36,7 +36,7 @@ class PcdRlcd:
     """pcd-rlcd's torch engine on the CPU, loading the converted copy of the same model.
 
     pcd builds its own ChatML prompt from the schema and input (catalog of field descriptions only),
-    prefills it without head caching, then scores every field's first label token in one batch over
+    prefills it without prefix caching, then scores every field's first label token in one batch over
     copies of that cache: two passes per request. It reads `MODEL_ID` and `BACKEND` when imported.
     """
 

@@ -1,7 +1,7 @@
 """Row scoring without decisionflow's packed passes: the same rows and readout, read the usual ways.
 
-- `per_field_prefill`: one full forward per field over head + input + that field's row;
-- `copied_prefix`: head + input prefilled once, the cache copied to one batch row per field.
+- `per_field_prefill`: one full forward per field over prefix + input + that field's row;
+- `copied_prefix`: prefix + input prefilled once, the cache copied to one batch row per field.
 
 Answers differ from decisionflow's only by pinning; the costs show what the shared cache and the
 packed branch pass save.
@@ -29,7 +29,7 @@ def _readout(compiled_field: Any, row_logprobs: dict[int, Any]) -> Value:
 
 
 def per_field_prefill(engine: Engine, target: Any, payload: Any) -> MethodResult:
-    """One full forward per field over head + input + that field's row (no cache, no pinning).
+    """One full forward per field over prefix + input + that field's row (no cache, no pinning).
 
     The row is the field's answer trie as decisionflow compiles it, attached with a tree mask, and
     read with decisionflow's readout, so answers differ from decisionflow only by pinning and by
@@ -40,7 +40,7 @@ def per_field_prefill(engine: Engine, target: Any, payload: Any) -> MethodResult
     compiled, _ = engine.compile(target)
     backend = engine.backend
     began = time.perf_counter()
-    prefix = list(compiled.head_tokens) + compiled.request_tokens(payload)
+    prefix = list(compiled.prefix_tokens) + compiled.request_tokens(payload)
     size = len(prefix)
     values: dict[str, Value | None] = {}
     passes = fed = 0
@@ -70,7 +70,7 @@ def per_field_prefill(engine: Engine, target: Any, payload: Any) -> MethodResult
 
 
 def copied_prefix(engine: Engine, target: Any, payload: Any) -> MethodResult:
-    """Prefill head + input once, copy its cache to one batch row per field, run the rows as a batch.
+    """Prefill prefix + input once, copy its cache to one batch row per field, run the rows as a batch.
 
     Each batch row holds one field's row (padded to the longest) over its own copy of the prefix
     cache; memory grows with fields x prefix. Two passes, no pinning, decisionflow's readout.
@@ -82,7 +82,7 @@ def copied_prefix(engine: Engine, target: Any, payload: Any) -> MethodResult:
     backend = engine.backend
     model = backend.model
     began = time.perf_counter()
-    prefix = list(compiled.head_tokens) + compiled.request_tokens(payload)
+    prefix = list(compiled.prefix_tokens) + compiled.request_tokens(payload)
     size = len(prefix)
     fields = list(compiled.fields.values())
     width = max(len(cf.row_tokens) for cf in fields)

@@ -168,7 +168,7 @@ def _openai_route_runner(server: OpenAIServer | None) -> MethodRunner:
         values = json.loads(completion.choices[0].message.content)
         problem = _schema_problem(values, request.schema)
         stats = completion.model_extra["decisionflow"]["stats"]
-        # Tokens fed in the request, as for `decisionflow` (`usage.prompt_tokens` also counts the cached head).
+        # Tokens fed in the request, as for `decisionflow` (`usage.prompt_tokens` also counts the cached prefix).
         return MethodResult(name, problem is None, values if problem is None else None, stats["forward_passes"],
                             stats["tokens_prefilled"], 0, elapsed, reason=problem or "")
 
@@ -190,7 +190,7 @@ def _schema_problem(values: Any, schema: dict[str, Any]) -> str | None:
 
 def _llama_cpp_runner(engine: Engine) -> MethodRunner:
     """llama.cpp on the engine's GGUF file (`baselines.llama_cpp`): its grammar compiled and its prompt
-    cache filled with the rubric's head by one untimed call per workload, as a running server's would be."""
+    cache filled with the rubric's prefix by one untimed call per workload, as a running server's would be."""
     from ..baselines.llama_cpp import LlamaCpp
 
     name = "llama_cpp"
@@ -274,9 +274,9 @@ def make_runners(engine: Engine, methods: list[str], *, baseline_engine: Callabl
 @dataclass
 class Floor:
     cached_ms: list[float] = field(default_factory=list)
-    """One pass over the input + tail tokens on top of the cached head (branch attention)."""
+    """One pass over the input + tail tokens on top of the cached prefix (branch attention)."""
     uncached_ms: list[float] = field(default_factory=list)
-    """One plain forward over head + input + tail, no cache."""
+    """One plain forward over prefix + input + tail, no cache."""
 
 
 def _floor_calls(engine: Engine, workload: Workload) -> tuple[Callable[[], Any], Callable[[], Any]]:
@@ -284,18 +284,18 @@ def _floor_calls(engine: Engine, workload: Workload) -> tuple[Callable[[], Any],
 
     compiled, _ = engine.compile(workload.rubric)
     request = compiled.request_tokens(workload.payload)
-    head_tokens = list(compiled.head_tokens)
-    head = engine.backend.prefill_head(head_tokens)
+    prefix_tokens = list(compiled.prefix_tokens)
+    prefix = engine.backend.prefill_prefix(prefix_tokens)
 
     def cached() -> Any:
         packed = PackedPass()
         last = -1
         for token in request:
             last = packed.add(token, parent=last, request=0)
-        return engine.backend.run_pass(head, [RequestContext()], packed, [last])
+        return engine.backend.run_pass(prefix, [RequestContext()], packed, [last])
 
     def uncached() -> Any:
-        return engine.backend.forward_plain(head_tokens + request)
+        return engine.backend.forward_plain(prefix_tokens + request)
 
     return cached, uncached
 
@@ -344,7 +344,7 @@ def run_bench(
     """Run every method on every workload; `on_workload` gets the rows so far after each workload.
     `baseline_engine`, `openai_server`: see `make_runners`."""
     runners = make_runners(engine, methods, baseline_engine=baseline_engine, openai_server=openai_server)
-    # One warm-up per method, on its smallest workload: compiles, head caches, grammar, first-call costs.
+    # One warm-up per method, on its smallest workload: compiles, prefix caches, grammar, first-call costs.
     for runner in runners:
         if runner.unavailable:
             log(f"{runner.name}: unavailable ({runner.unavailable})")
@@ -363,7 +363,7 @@ def run_bench(
         own_floors: dict[str, list[float]] = {r.name: [] for r in runners}
         floor = Floor()
         cached, uncached = _floor_calls(engine, workload)
-        cached()  # the head's first pass on this workload's shapes
+        cached()  # the prefix's first pass on this workload's shapes
         failures: dict[str, str] = {}
         for repeat in range(repeats):
             for runner in runners:
@@ -378,7 +378,7 @@ def run_bench(
                             if runner.prepare is not None:
                                 runner.prepare(workload)
                         else:
-                            # A warm call: head caches and compiled rows are per rubric, and a warm request reuses them.
+                            # A warm call: prefix caches and compiled rows are per rubric, and a warm request reuses them.
                             runner.run(workload)
                     result, elapsed, peak = measure(functools.partial(runner.run, workload))
                 except Exception as exc:  # noqa: BLE001 - a method that cannot run a workload is a result too
@@ -497,6 +497,6 @@ def conditions(engine: Engine, *, threads: int, dtype: str, repeats: int, slow_r
         "slow_repeats": slow_repeats,
         "warm_up": "one call per method excluded (smallest workload), plus one per workload for the fast methods",
         "memory": MEMORY_METHOD,
-        "floor": "one pass over the request's own tokens after the cached head (backend.run_pass); "
-                 "floor_uncached: one plain forward over head + request, no cache",
+        "floor": "one pass over the request's own tokens after the cached prefix (backend.run_pass); "
+                 "floor_uncached: one plain forward over prefix + request, no cache",
     }

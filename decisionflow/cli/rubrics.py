@@ -129,11 +129,11 @@ def plan(
         typer.echo(json.dumps(data))
         return
     # A pipe or a narrow terminal must not silently drop columns (rich would cut them to '…').
-    console = Console(width=max(Console().width, 150 if "head_tokens" in data else 120))
-    console.print(plan_table(rubric, result, data if "head_tokens" in data else None))
-    if "head_tokens" in data:
+    console = Console(width=max(Console().width, 150 if "prefix_tokens" in data else 120))
+    console.print(plan_table(rubric, result, data if "prefix_tokens" in data else None))
+    if "prefix_tokens" in data:
         say(console,
-            f"head {data['head_tokens']} tokens (cached once per rubric); per request: "
+            f"prefix {data['prefix_tokens']} tokens (cached once per rubric); per request: "
             + (f"{data['request_tokens']} input tokens, " if "request_tokens" in data else "")
             + f"{count(data['forward_passes'], 'forward pass', 'forward passes')}, {data['row_tokens']} row tokens; "
             f"layout {data['layout']}")
@@ -163,7 +163,8 @@ def add_token_view(data: dict, rubric: Rubric, *, model: str | None, text: str |
         **data,
         "rounds": rounds,
         "layout": compiled.layout.name,
-        "head_tokens": len(compiled.head_tokens),
+        "prefix_tokens": len(compiled.prefix_tokens),
+        "head_tokens": len(compiled.prefix_tokens),  # deprecated: `prefix_tokens` under its earlier name
         "row_tokens": sum(r["row_tokens"] for r in rounds),
     }
     if text is not None:

@@ -92,7 +92,7 @@ def run(
     heads_path: HeadsOption = None,
     no_heads: NoHeadsOption = False,
     timings: Annotated[
-        bool, typer.Option("--timings", help="Say where the time went (start-up, model load, compile, head, passes); with --json, also in the output.")
+        bool, typer.Option("--timings", help="Say where the time went (start-up, model load, compile, prefix, passes); with --json, also in the output.")
     ] = False,
 ) -> None:
     """Decide one text (--text) or a JSONL/CSV/Parquet file (--input/--output) with a model (default: the bundled SmolLM2)."""
@@ -192,7 +192,7 @@ def _breakdown(loading: float, loaded: float, call: dict[str, float]) -> dict[st
     startup = (loading - process_started()) * 1000
     done = (time.perf_counter() - process_started()) * 1000
     parts = {"start_up": startup, "model_load": (loaded - loading) * 1000}
-    parts.update({key: call[key] for key in ("compile", "head_load", "head_prefill", "prior_load", "prior_read", "passes") if key in call})
+    parts.update({key: call[key] for key in ("compile", "prefix_load", "prefix_prefill", "prior_load", "prior_read", "passes") if key in call})
     parts["total"] = done
     return parts
 

@@ -85,8 +85,10 @@ def serve_command(
                     "prepared per minute; beyond it 429. Sets the engine still holds prepared are never limited.")] = LIMITS.new_question_sets_per_minute,
     new_question_set_burst: Annotated[int, typer.Option(
         min=1, help="New question sets a client may have prepared at once.")] = LIMITS.new_question_set_burst,
-    max_question_set_head_tokens: Annotated[int, typer.Option(
-        min=1, help="Longest prompt (tokens before the input) of a new question set.")] = LIMITS.max_question_set_head_tokens,
+    max_question_set_prefix_tokens: Annotated[int, typer.Option(
+        min=1, help="Longest prompt (tokens before the input) of a new question set.")] = LIMITS.max_question_set_prefix_tokens,
+    max_question_set_head_tokens: Annotated[int | None, typer.Option(
+        min=1, hidden=True, help="Deprecated: --max-question-set-prefix-tokens.")] = None,
     max_question_set_row_tokens: Annotated[int, typer.Option(
         min=1, help="Most tokens of rows (each question with its answers, read after the input) of a new question "
                     "set.")] = LIMITS.max_question_set_row_tokens,
@@ -150,7 +152,7 @@ def serve_command(
                       max_texts=max_texts, max_queue=max_queue, body_timeout_s=body_timeout,
                       request_timeout_s=request_timeout or None, new_question_sets_per_minute=new_question_sets_per_minute,
                       new_question_set_burst=new_question_set_burst,
-                      max_question_set_head_tokens=max_question_set_head_tokens,
+                      max_question_set_prefix_tokens=max_question_set_head_tokens or max_question_set_prefix_tokens,
                       max_question_set_row_tokens=max_question_set_row_tokens, max_schema_fields=max_schema_fields,
                       max_schema_options=max_schema_options),
         batching=Batching(enabled=batching, max_wait_ms=batch_wait_ms, token_budget=batch_tokens),

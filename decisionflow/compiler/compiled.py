@@ -25,7 +25,7 @@ class CompiledRubric:
     layout: Layout
     mode: ReadMode
     parts: PromptParts
-    head_tokens: tuple[int, ...]
+    prefix_tokens: tuple[int, ...]
     fields: dict[str, CompiledField]
     """Every asked field (derived fields have none); an `options_by` field's over all its options."""
     view: TokenizerView
@@ -39,14 +39,19 @@ class CompiledRubric:
             return self.subsets[name].get(parent_label) if parent_label is not None else None
         return self.fields[name]
 
+    @property
+    def head_tokens(self) -> tuple[int, ...]:
+        """Deprecated: the earlier name of `prefix_tokens`."""
+        return self.prefix_tokens
+
     @cached_property
     def positions_before_input(self) -> int:
-        """Positions a request needs besides its input: head, every answer line, the deepest row."""
+        """Positions a request needs besides its input: prefix, every answer line, the deepest row."""
         answers = sum(max(len(line) for line in f.answer_lines) for f in self.fields.values())
-        return len(self.head_tokens) + answers + max(f.row_depth for f in self.fields.values())
+        return len(self.prefix_tokens) + answers + max(f.row_depth for f in self.fields.values())
 
     def request_text(self, payload: Any) -> str:
-        """The text between the head and the tail for one request: its input as data (`render_input`), or,
+        """The text between the prefix and the tail for one request: its input as data (`render_input`), or,
         for a rubric that reads turns, the conversation (a text: one user turn) as the template's own turns."""
         if self.rubric.input_turns:
             return render_turns(self.view.tokenizer, self.parts, conversation_turns(payload))
@@ -59,11 +64,11 @@ class CompiledRubric:
         return text
 
     def request_tokens(self, payload: Any) -> list[int]:
-        """Tokens after the head for one request: its text (`request_text`) and the tail that opens the JSON object."""
+        """Tokens after the prefix for one request: its text (`request_text`) and the tail that opens the JSON object."""
         text = self.request_text(payload)
-        tokens = self.view.suffix_after(list(self.head_tokens), self.parts.head, text + self.parts.tail)
+        tokens = self.view.suffix_after(list(self.prefix_tokens), self.parts.prefix, text + self.parts.tail)
         if tokens is None:
-            # The input's first characters merged with the head's last token: keep the cached head and
+            # The input's first characters merged with the prefix's last token: keep the cached prefix and
             # tokenise the input on its own (a seam the model still reads as a line break).
             tokens = self.view.encode(text + self.parts.tail)
         return tokens
@@ -90,7 +95,7 @@ def compile_rubric(
     tokenizer: Any, rubric: Rubric, *, mode: ReadMode = ReadMode.BRANCH, view: TokenizerView | None = None,
     catalog: Catalog = Catalog.FULL, examples: Sequence[Example] | None = None, pin_first: bool | None = None,
 ) -> CompiledRubric:
-    """Compile `rubric` for `tokenizer`. `examples`: in-context examples written into the head as
+    """Compile `rubric` for `tokenizer`. `examples`: in-context examples written into the prefix as
     earlier (user, assistant) turns, in order (see `prompt.render_prompt`); None: the rubric's own
     (`Rubric.examples`, none unless it declares some). `pin_first`: the plan the examples' answers are
     written in (None: the rubric's), as the engine will write the request's."""
@@ -122,10 +127,10 @@ def compile_rubric(
         }
         for spec in rubric if spec.options_by is not None
     }
-    head_tokens = tuple(view.encode(parts.head))
-    if not head_tokens:
-        raise InputError("the rendered head is empty")
-    return CompiledRubric(rubric, layout, mode, parts, head_tokens, fields, view, subsets)
+    prefix_tokens = tuple(view.encode(parts.prefix))
+    if not prefix_tokens:
+        raise InputError("the rendered prefix is empty")
+    return CompiledRubric(rubric, layout, mode, parts, prefix_tokens, fields, view, subsets)
 
 
 def options_of(spec: Any, parent_label: str) -> dict[str, str]:

@@ -5,16 +5,16 @@ them as keys of one JSON object, so a field's distribution depends on which othe
 beside it. A question-set format that promises independence (`/v1/decisions`, `/v1/systemone`) is
 read instead as one question per row, every row after the same input:
 
-    system     the rubric's instructions and the preamble (no question)     } head: cached, shared by every
+    system     the rubric's instructions and the preamble (no question)     } prefix: cached, shared by every
     user       Input:                                                       } question set
                <the input>                                                  } per request
                Question:                                                    }
                the question. Allowed: a | b (and descriptions)              } per question: the row's lead,
     assistant  {"key": <answer>                                             } then its answer trie
 
-The head names no question, so every question set with the same instructions shares it; the request's
+The prefix names no question, so every question set with the same instructions shares it; the request's
 tokens end with `Question:`; each question's text, the end of the user turn, the answer opener and the
-answer trie are one row that sees the head, the input and itself only. Nothing is written after an
+answer trie are one row that sees the prefix, the input and itself only. Nothing is written after an
 answer, so no row ever reads another question: a question's distribution is the same alone, among
 others, in any order (up to the number format's rounding: a pass sums its rows in another order).
 
@@ -88,7 +88,7 @@ def question_text(spec: FieldSpec, rubric: Rubric, catalog: Catalog, layout: Que
 
 
 def render_independent(tokenizer: Any, rubric: Rubric, layout: QuestionLayout = INLINE) -> tuple[PromptParts, str]:
-    """The prompt split for independent reading: (the head and the request's tail, the question's template).
+    """The prompt split for independent reading: (the prefix and the request's tail, the question's template).
 
     The template holds `_QUESTION` where a question's text goes and ends with `_OPEN`, where the answer
     object opens."""
@@ -102,9 +102,9 @@ def render_independent(tokenizer: Any, rubric: Rubric, layout: QuestionLayout = 
         if text.count(_INPUT) != 1 or text.count(_QUESTION) != 1 or not text.endswith(_OPEN):
             raise ModelError("the chat template did not render the conversation as expected (input, question or "
                              "assistant turn missing)")
-        head, rest = text.split(_INPUT)
+        prefix, rest = text.split(_INPUT)
         tail, template = rest.split(_QUESTION)
-        return PromptParts(head=head, tail=tail, before_input=(system,)), _QUESTION + template
+        return PromptParts(prefix=prefix, tail=tail, before_input=(system,)), _QUESTION + template
     before = [system, {"role": "user", "content": "Input:\n" + _INPUT}, {"role": "assistant", "content": ACKNOWLEDGEMENT}]
     read = tokenizer.apply_chat_template(before, tokenize=False, **_TEMPLATE_ARGS)
     asked = tokenizer.apply_chat_template(
@@ -115,8 +115,8 @@ def render_independent(tokenizer: Any, rubric: Rubric, layout: QuestionLayout = 
             or not asked.endswith(_OPEN)):
         raise ModelError("the chat template did not render a conversation of separate turns as expected "
                          "(the input, an answer, then a question): independent questions cannot be read with it")
-    head, tail = read.split(_INPUT)
-    return PromptParts(head=head, tail=tail, before_input=(system,)), asked[len(read):]
+    prefix, tail = read.split(_INPUT)
+    return PromptParts(prefix=prefix, tail=tail, before_input=(system,)), asked[len(read):]
 
 
 def question_layout(view: TokenizerView, rubric: Rubric) -> QuestionLayout:
@@ -161,10 +161,10 @@ def compile_independent(
         compiled = compile_field(view, spec, layout=layout, anchor=anchor, anchor_ids=anchor_ids,
                                  answer_format=rubric.answer_format, mode=mode)
         fields[spec.name] = with_lead(compiled, tuple(lead))
-    head_tokens = tuple(view.encode(parts.head))
-    if not head_tokens:
-        raise CompileError("the rendered head is empty")
-    return CompiledRubric(rubric, layout, mode, parts, head_tokens, fields, view)
+    prefix_tokens = tuple(view.encode(parts.prefix))
+    if not prefix_tokens:
+        raise CompileError("the rendered prefix is empty")
+    return CompiledRubric(rubric, layout, mode, parts, prefix_tokens, fields, view)
 
 
 def _after_last_special(view: TokenizerView, special: frozenset[int], text: str) -> tuple[list[int], str]:

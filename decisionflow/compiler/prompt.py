@@ -1,6 +1,6 @@
 """The prompt: the rubric's catalog and the request's input, rendered by the model's own chat template.
 
-The rendered text is split in two around the input: the **head** (system turn, catalog, `Input:`) is
+The rendered text is split in two around the input: the **prefix** (system turn, catalog, `Input:`) is
 identical for every request of a rubric, so its KV cache is computed once; the **tail** closes the
 user turn and opens the assistant's JSON object, and is tokenised with each request's input.
 """
@@ -17,7 +17,7 @@ from ..spec.rubric import AnswerFormat, Catalog, FieldKind, FieldSpec, Rubric
 _INPUT_SENTINEL = "\u2063INPUT\u2063"
 _OPENER_SENTINEL = "\u2063OPEN\u2063"
 # Fixed values for template variables some families inject (Llama 3 writes today's date into the
-# system turn): a date that changes at midnight would silently invalidate the cached head.
+# system turn): a date that changes at midnight would silently invalidate the cached prefix.
 _TEMPLATE_ARGS = {"enable_thinking": False, "date_string": "01 Jan 2026"}
 
 PREAMBLE = (
@@ -115,14 +115,14 @@ def system_text(rubric: Rubric, catalog: Catalog = Catalog.FULL) -> str:
 
 @dataclass(frozen=True)
 class PromptParts:
-    head: str
+    prefix: str
     """Everything before the input; identical for every request of the rubric."""
     tail: str
     """Everything after the input, ending with the opener of the JSON object."""
     opener: str = ""
     """The opener of the JSON object, which `tail` ends with."""
     before_input: tuple[dict[str, str], ...] = ()
-    """The messages the head renders (the system turn, then the examples' turns): a conversation's own
+    """The messages the prefix renders (the system turn, then the examples' turns): a conversation's own
     turns are rendered after them (`render_turns`)."""
 
 
@@ -134,7 +134,7 @@ def render_prompt(
 
     `examples`: in-context examples, (input text, the assistant's answer text) pairs, written in order
     as earlier (user, assistant) turns between the system turn and the real user turn, so they belong
-    to the head (computed once per rubric). The user turn of an example is laid out like the real one
+    to the prefix (computed once per rubric). The user turn of an example is laid out like the real one
     (`Input:` and the text); the answer text is written verbatim (`compiled.example_answer` writes it
     in the engine's own JSON layout). Empty (the default): exactly the prompt without examples."""
     if not getattr(tokenizer, "chat_template", None):
@@ -157,14 +157,14 @@ def render_prompt(
     )
     if text.count(_INPUT_SENTINEL) != 1 or not text.endswith(_OPENER_SENTINEL):
         raise ModelError("the chat template did not render the conversation as expected (input or assistant turn missing)")
-    head, tail = text.split(_INPUT_SENTINEL)
-    return PromptParts(head=head, tail=tail[: -len(_OPENER_SENTINEL)] + opener, opener=opener, before_input=before_input)
+    prefix, tail = text.split(_INPUT_SENTINEL)
+    return PromptParts(prefix=prefix, tail=tail[: -len(_OPENER_SENTINEL)] + opener, opener=opener, before_input=before_input)
 
 
 def render_turns(tokenizer: Any, parts: PromptParts, turns: Sequence[dict[str, str]]) -> str:
-    """A conversation's turns as the model's chat template writes them between the rubric's head and its
+    """A conversation's turns as the model's chat template writes them between the rubric's prefix and its
     tail, for a rubric that reads turns (`Rubric.input_turns`): the whole conversation is rendered after
-    the head's messages and must begin with the head and end with the tail, so the cached head and the
+    the prefix's messages and must begin with the prefix and end with the tail, so the cached prefix and the
     compiled answer lines read exactly what the template writes."""
     if any(_has_marker(turn["content"]) for turn in turns):
         raise InputError("the conversation contains the prompt's internal markers (U+2063 INPUT/OPEN)")
@@ -174,11 +174,11 @@ def render_turns(tokenizer: Any, parts: PromptParts, turns: Sequence[dict[str, s
     except Exception as error:  # noqa: BLE001 - a template refuses with whatever its author raised (jinja's TemplateError, ...)
         raise InputError(f"the model's chat template refuses this conversation: {str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
     closing = parts.tail[: len(parts.tail) - len(parts.opener)] + _OPENER_SENTINEL
-    if not text.startswith(parts.head) or not text.endswith(closing) or len(text) < len(parts.head) + len(closing):
+    if not text.startswith(parts.prefix) or not text.endswith(closing) or len(text) < len(parts.prefix) + len(closing):
         raise InputError("the model's chat template writes this conversation differently from a conversation that "
                          "begins and ends with a user turn: begin it with a user message (after any system message) "
                          "and end it with one")
-    return text[len(parts.head): len(text) - len(closing)]
+    return text[len(parts.prefix): len(text) - len(closing)]
 
 
 def _has_marker(text: str) -> bool:

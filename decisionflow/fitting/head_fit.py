@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from ..errors import DataError, DecisionflowError
-from ..runtime.head_store import library_version
 from ..runtime.heads.fitted import (
     DEFAULT_LAYERS,
     DEFAULT_MEAN_LAYERS,
@@ -35,6 +34,7 @@ from ..runtime.heads.fitted import (
     rubric_fingerprint,
 )
 from ..runtime.heads.lexical import lexical_text
+from ..runtime.prefix_store import library_version
 from ..spec.declare import rubric_of
 from ..spec.kinds import FieldKind
 from .choosing import MAX_FOLDS, MIN_ROWS_PER_LABEL, SIGNIFICANCE, fit_field
@@ -158,7 +158,7 @@ def fit_examples(
     metadata = HeadsMetadata(
         rubric=rubric.name, rubric_fingerprint=rubric_fingerprint(rubric), model=engine.model_fingerprint,
         weights=engine.weights_fingerprint,
-        model_name=getattr(engine.loaded, "name", "") or "", prompt=prompt_fingerprint(compiled.head_tokens),
+        model_name=getattr(engine.loaded, "name", "") or "", prompt=prompt_fingerprint(compiled.prefix_tokens),
         dtype=str(engine.backend.dtype).removeprefix("torch."), library=library_version(), fields=infos,
     )
     if failed:

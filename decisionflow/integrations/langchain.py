@@ -12,7 +12,7 @@ How a request becomes a decision:
 - the question set is a rubric read independently (`reading: independent`, see compiler/independent.py):
   each question is a row of its own after the input, so an answer does not move with the questions
   asked beside it, as LangChain's interface (like every decision API) promises; a new question set costs
-  its rows and its content-free prior, never a new head;
+  its rows and its content-free prior, never a new prefix;
 - a `Noul` is a boolean field (its criteria appended to the question; the answer is P(true)), a `Choice`
   a choice over its labels (their descriptions as the options'), a `Score` an integer scale 0..n-1 whose
   levels carry the criteria. A `Box` locates something in an image, which a text model cannot do: it is
@@ -27,8 +27,8 @@ How a request becomes a decision:
   after it. The engine reads text only: an image, audio, video or file block anywhere in the state, or a
   message part of any other kind, is refused naming where it is, since judging a message without its
   image would be judging another message;
-- usage is what the model read for the request: the rubric's head, the input and the question rows
-  (`Stats.head_tokens + Stats.tokens_prefilled`), nothing generated; the head counts as `cache_read` when
+- usage is what the model read for the request: the rubric's prefix, the input and the question rows
+  (`Stats.prefix_tokens + Stats.tokens_prefilled`), nothing generated; the prefix counts as `cache_read` when
   it came from the engine's cache, as `cache_creation` when this request prefilled it.
 
 `ainvoke` runs the engine on a worker thread (`asyncio.to_thread`), so the event loop keeps serving.
@@ -378,12 +378,12 @@ def _unit(probability: float) -> float:
 
 
 def usage_of(decision: Any) -> dict[str, Any]:
-    """What the model read for this request (head, input, question rows); nothing is generated."""
+    """What the model read for this request (prefix, input, question rows); nothing is generated."""
     stats = decision.stats
-    read = stats.head_tokens + stats.tokens_prefilled
-    cached = "cache_creation" if stats.head_source == "prefill" else "cache_read"
+    read = stats.prefix_tokens + stats.tokens_prefilled
+    cached = "cache_creation" if stats.prefix_source == "prefill" else "cache_read"
     return {"input_tokens": read, "output_tokens": 0, "total_tokens": read,
-            "input_token_details": {cached: stats.head_tokens}}
+            "input_token_details": {cached: stats.prefix_tokens}}
 
 
 def _relocated(error: CompileError, questions: QuestionSet) -> CompileError:

@@ -5,9 +5,9 @@
     result.value                                # Triage(department='billing', ...)
     result.fields["department"].probabilities   # {'billing': 0.93, ...}
 
-A rubric is compiled once per engine (prompt, layout probe, tries) and its head's KV cache is
+A rubric is compiled once per engine (prompt, layout probe, tries) and its prefix's KV cache is
 computed once and reused by every later request: `engine.prepared` (`runtime.prepared`) keeps them in
-a bounded LRU cache, with the disk store of heads and the content-free priors behind it.
+a bounded LRU cache, with the disk store of prefixes and the content-free priors behind it.
 
 `Engine(loaded)` only reads the model it is given: it calls the model's modules in its own forward
 pass and never changes the model's configuration, attention implementation or weights.
@@ -16,7 +16,8 @@ pass and never changes the model's configuration, attention implementation or we
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+import warnings
+from dataclasses import InitVar, dataclass, fields, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -28,20 +29,20 @@ from ..spec.kinds import Reading
 from ..spec.plan import Plan
 from ..spec.rubric import Rubric
 from .executor import FreeReading, RequestState, check_fits, execute
-from .head_store import DEFAULT_MAX_BYTES, HeadStore, model_fingerprint, weights_fingerprint
 from .heads.fitted import Heads, prompt_fingerprint
 from .model.loading import LoadedModel, Status, cache_root, load_model
-from .passes.backend import DECODER_PATH, TransformersBackend
+from .passes.backend import DECODER_PATH, DecoderBackend
 from .passes.ops import KERNEL_CHOICES
 from .passes.protocol import Backend
+from .prefix_store import DEFAULT_MAX_BYTES, FOLDER, PrefixStore, model_fingerprint, weights_fingerprint
 from .prepared import Checkpoint, PreparedRubrics
 from .readout.calibration import Calibration
 from .readout.debias import CONTENT_FREE_BY_READING, Debias, Priors
 from .result import Decision, Stats
 
 Progress = Callable[[int, int], None]
-_HEAD_TIMING = {"prefill": "head_prefill", "disk": "head_load", "memory": "head_shared", "": "head_prefill"}
-"""The timing a request that prepared its rubric reports for the head, by where the head came from."""
+_PREFIX_TIMING = {"prefill": "prefix_prefill", "disk": "prefix_load", "memory": "prefix_shared", "": "prefix_prefill"}
+"""The timing a request that prepared its rubric reports for the prefix, by where the prefix came from."""
 
 
 @dataclass(frozen=True)
@@ -62,16 +63,32 @@ class EngineOptions:
     max_batch_tokens: int = 4096
     """decide_many packs requests into one pass until their new tokens reach this budget."""
     max_prepared: int = 32
-    """Prepared rubrics (compiled rows and head cache) kept; the least recently used go first."""
-    max_head_bytes: int = 2 << 30
-    """Bytes of head KV caches kept across prepared rubrics (the one in use is always kept)."""
-    head_store: Path | None = None
-    """A folder where head caches persist across processes (None: memory only)."""
-    head_store_bytes: int = DEFAULT_MAX_BYTES
-    """The persisted heads' byte budget; the least recently used files go first."""
+    """Prepared rubrics (compiled rows and prefix cache) kept; the least recently used go first."""
+    max_prefix_bytes: int = 2 << 30
+    """Bytes of prefix KV caches kept across prepared rubrics (the one in use is always kept)."""
+    prefix_store: Path | None = None
+    """A folder where prefix caches persist across processes (None: memory only)."""
+    prefix_store_bytes: int = DEFAULT_MAX_BYTES
+    """The persisted prefixes' byte budget; the least recently used files go first."""
     model_forward: bool = False
     """Run every pass through the model's own forward (`model_forward`), even for a family the engine's
     decoder path reproduces (what `--loader generic` asks for; the generic path is always taken for the others)."""
+    head_store: InitVar[Path | None] = None
+    """Deprecated: the earlier name of `prefix_store` (still accepted and read)."""
+    head_store_bytes: InitVar[int | None] = None
+    """Deprecated: the earlier name of `prefix_store_bytes`."""
+    max_head_bytes: InitVar[int | None] = None
+    """Deprecated: the earlier name of `max_prefix_bytes`."""
+
+    def __post_init__(self, head_store: Path | None, head_store_bytes: int | None, max_head_bytes: int | None) -> None:
+        defaults = {f.name: f.default for f in fields(self)}
+        for old, new, value in (("head_store", "prefix_store", head_store), ("head_store_bytes", "prefix_store_bytes", head_store_bytes),
+                                ("max_head_bytes", "max_prefix_bytes", max_head_bytes)):
+            # An old name given where the new one is left at its default (`replace` passes both: the new one wins).
+            if value is not None and getattr(self, new) == defaults[new] != value:
+                warnings.warn(f"EngineOptions({old}=...) is deprecated: use {new}", DeprecationWarning, stacklevel=3)
+                object.__setattr__(self, new, value)
+            object.__setattr__(self, old, getattr(self, new))  # the old name reads the new field
 
 
 class Engine:
@@ -87,11 +104,11 @@ class Engine:
         options = self.options
         self.prepared = PreparedRubrics(
             self.backend, self.view, mode=options.mode, catalog=options.catalog, pin_first=options.pin_first,
-            max_prepared=options.max_prepared, max_head_bytes=options.max_head_bytes, default_debias=options.debias,
-            store_folder=options.head_store, store_bytes=options.head_store_bytes,
-            fingerprint=lambda: self.head_store_fingerprint, read_content_free=self._read_content_free,
+            max_prepared=options.max_prepared, max_prefix_bytes=options.max_prefix_bytes, default_debias=options.debias,
+            store_folder=options.prefix_store, store_bytes=options.prefix_store_bytes,
+            fingerprint=lambda: self.prefix_store_fingerprint, read_content_free=self._read_content_free,
         )
-        """The prepared-rubric cache (compiled rows, plans, head caches, content-free priors)."""
+        """The prepared-rubric cache (compiled rows, plans, prefix caches, content-free priors)."""
 
     @classmethod
     def load(
@@ -104,11 +121,12 @@ class Engine:
         status: Status | None = None,
         mode: ReadMode | str = ReadMode.BRANCH,
         pin_first: bool | None = None,
-        persist_heads: bool = True,
+        persist_prefixes: bool = True,
         kernels: str = "auto",
         debias: Debias | str | None = None,
         loader: str = "auto",
         pack_weights: bool = True,
+        persist_heads: bool | None = None,
     ) -> Engine:
         """Load `model` (default: the bundled SmolLM2-135M-Instruct): a folder, a .gguf file or a hub id.
 
@@ -118,9 +136,10 @@ class Engine:
         (AVX512-BF16, AMX), else float32), `float32`, `bfloat16` or `float16`.
         `result.stats.dtype` says which was taken.
 
-        With `persist_heads` (the default) rubric head caches are kept on disk under the cache
-        folder (`~/.cache/decisionflow/heads`, or `$DECISIONFLOW_CACHE/heads`), so a new process
-        skips the head prefill of a rubric it has seen before.
+        With `persist_prefixes` (the default) rubric prefix caches are kept on disk under the cache
+        folder (`~/.cache/decisionflow/prefixes`, or `$DECISIONFLOW_CACHE/prefixes`), so a new process
+        skips the prefix prefill of a rubric it has seen before (files a store kept under the earlier
+        `heads` folder are still read). `persist_heads`: deprecated, the earlier name of `persist_prefixes`.
 
         `debias`: the readout correction for fields whose rubric does not choose one (default
         `EngineOptions.debias`, see `runtime.readout.debias`).
@@ -144,8 +163,11 @@ class Engine:
             torch.set_num_threads(threads)
         loaded = load_model(model, dtype=dtype, device=device, status=status or (lambda _: None), loader=loader,
                             pack_weights=pack_weights)
-        store = cache_root() / "heads" if persist_heads else None
-        options = EngineOptions(mode=mode, pin_first=pin_first, head_store=store, kernels=kernels,
+        if persist_heads is not None:
+            warnings.warn("Engine.load(persist_heads=...) is deprecated: use persist_prefixes", DeprecationWarning, stacklevel=2)
+            persist_prefixes = persist_heads
+        store = cache_root() / FOLDER if persist_prefixes else None
+        options = EngineOptions(mode=mode, pin_first=pin_first, prefix_store=store, kernels=kernels,
                                 model_forward=loader == "generic")
         if chosen_debias is not None:
             options = replace(options, debias=chosen_debias)
@@ -156,9 +178,14 @@ class Engine:
         return self.loaded.tokenizer
 
     @property
-    def head_store(self) -> HeadStore | None:
-        """The disk store of head caches (None when heads are kept in memory only)."""
+    def prefix_store(self) -> PrefixStore | None:
+        """The disk store of prefix caches (None when prefixes are kept in memory only)."""
         return self.prepared.store
+
+    @property
+    def head_store(self) -> PrefixStore | None:
+        """Deprecated: the earlier name of `prefix_store`."""
+        return self.prefix_store
 
     def compile(self, target: Any) -> tuple[CompiledRubric, Plan]:
         """The compiled rubric and plan for a decorated class or a Rubric (cached)."""
@@ -216,8 +243,8 @@ class Engine:
         are still packed together. Errors that concern the whole rubric (it cannot be compiled, a
         calibration that does not fit it) are raised.
 
-        `checkpoint` (a server's): asked with the phase about to begin, before the rubric's head prefill
-        (`head`), before each pass of its content-free reading (`prior`) and before each pass of the inputs
+        `checkpoint` (a server's): asked with the phase about to begin, before the rubric's prefix prefill
+        (`prefix`), before each pass of its content-free reading (`prior`) and before each pass of the inputs
         (`pass`); what it raises ends the call there (see `runtime.prepared`).
         """
         return self._decide(
@@ -250,22 +277,22 @@ class Engine:
         if checked in heads.checked_for:
             return
         prepared = self.prepared.get(rubric)
-        heads.check(rubric, model=self.model_fingerprint, prompt=prompt_fingerprint(prepared.compiled.head_tokens),
+        heads.check(rubric, model=self.model_fingerprint, prompt=prompt_fingerprint(prepared.compiled.prefix_tokens),
                     hidden_size=int(self.backend.config.hidden_size), model_name=getattr(self.loaded, "name", "") or "",
                     dtype=str(self.backend.dtype).removeprefix("torch."), weights=self.weights_fingerprint)
         heads.checked_for.add(checked)
 
     @property
-    def head_store_fingerprint(self) -> str:
-        """What stored head caches are keyed by: the model, and the path when it is not the decoder path (a
-        head's keys and values are those of the modules that computed them)."""
+    def prefix_store_fingerprint(self) -> str:
+        """What stored prefix caches are keyed by: the model, and the path when it is not the decoder path (a
+        prefix's keys and values are those of the modules that computed them)."""
         if self.backend.path == DECODER_PATH:
             return self.model_fingerprint
         return f"{self.model_fingerprint}-{self.backend.path}"
 
     @property
     def model_fingerprint(self) -> str:
-        """The loaded model's content fingerprint (what head caches and fitted heads are keyed by)."""
+        """The loaded model's content fingerprint (what prefix caches and fitted heads are keyed by)."""
         if self._fingerprint is None:
             self._fingerprint = model_fingerprint(self.loaded.model)
         return self._fingerprint
@@ -314,10 +341,10 @@ class Engine:
         tokens = self._admit(prepared.compiled, payloads, outcomes, fail_fast=fail_fast)
         admitted = [i for i, t in enumerate(tokens) if t is not None]
         if admitted:
-            self.prepared.ensure_head(prepared, checkpoint=checkpoint)
-        # "Hit": this request did not pay for preparing the rubric (compile, head, prior), which the
-        # caller's first request reports, whoever made the head first.
-        head_hit = internal or not admitted or not prepared.claim_preparation_report()
+            self.prepared.ensure_prefix(prepared, checkpoint=checkpoint)
+        # "Hit": this request did not pay for preparing the rubric (compile, prefix, prior), which the
+        # caller's first request reports, whoever made the prefix first.
+        prefix_hit = internal or not admitted or not prepared.claim_preparation_report()
         done = len(payloads) - len(admitted)
         for batch in self._batches(prepared.compiled, [tokens[i] for i in admitted]):  # type: ignore[misc]
             indexes = [admitted[b] for b in batch]
@@ -330,7 +357,7 @@ class Engine:
                 inputs = CONTENT_FREE_BY_READING[rubric.reading]
                 free = FreeReading(len(inputs), pending)
                 states = [RequestState(input_tokens=prepared.compiled.request_tokens(text)) for text in inputs] + states
-            pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.head, states, calibration,  # type: ignore[arg-type]
+            pass_ms = execute(self.backend, prepared.compiled, prepared.plan, prepared.prefix, states, calibration,  # type: ignore[arg-type]
                               priors, heads, capture, capture_means, checkpoint=checkpoint, free=free)
             if free is not None:
                 states = states[free.requests:]
@@ -341,10 +368,10 @@ class Engine:
             if captured is not None:
                 for index, state in zip(indexes, states):
                     captured[index] = state.captured
-            # A request that reports the rubric's preparation (compile, head, prior) counts it in its total.
-            preparation = {} if head_hit else {
+            # A request that reports the rubric's preparation (compile, prefix, prior) counts it in its total.
+            preparation = {} if prefix_hit else {
                 "compile": prepared.compile_ms,
-                _HEAD_TIMING[prepared.head_source]: prepared.head_ms,
+                _PREFIX_TIMING[prepared.prefix_source]: prepared.prefix_ms,
                 # A prior read in the request's own pass costs no time of its own.
                 **({f"prior_{'load' if prepared.prior_source == 'disk' else 'read'}": prepared.prior_ms}
                    if prepared.prior_source not in ("", "pass") else {}),
@@ -355,11 +382,11 @@ class Engine:
                     forward_passes=state.passes,
                     tokens_prefilled=state.tokens_fed,
                     input_tokens=len(state.input_tokens),
-                    head_tokens=len(prepared.compiled.head_tokens),
-                    head_cache_hit=head_hit,
+                    prefix_tokens=len(prepared.compiled.prefix_tokens),
+                    prefix_cache_hit=prefix_hit,
                     batch_size=len(indexes),
                     timings_ms={"total": total_ms, "passes": pass_ms, **preparation},
-                    head_source="memory" if head_hit else prepared.head_source,
+                    prefix_source="memory" if prefix_hit else prepared.prefix_source,
                     device=str(self.backend.device),
                     path=self.backend.path,
                     dtype=str(self.backend.dtype).removeprefix("torch."),
@@ -368,7 +395,7 @@ class Engine:
                 outcomes[index] = self._typed_decision(
                     rubric, model_cls, state, stats, index if len(payloads) > 1 else None
                 )
-                head_hit = True
+                prefix_hit = True
             done += len(indexes)
             if progress:
                 progress(done, len(payloads))
@@ -454,10 +481,10 @@ def backend_for(model: Any, options: EngineOptions) -> Backend:
     from .passes.decoder import DecoderModel, decoder_refusal
 
     if isinstance(model, DecoderModel):
-        return TransformersBackend(model, kernels=options.kernels)
+        return DecoderBackend(model, kernels=options.kernels)
     config = model.config.to_dict() if hasattr(model.config, "to_dict") else {}
     if not options.model_forward and decoder_refusal(config) is None:
-        return TransformersBackend(model, kernels=options.kernels)
+        return DecoderBackend(model, kernels=options.kernels)
     from .passes.model_forward import ModelForwardBackend
 
     return ModelForwardBackend(model)

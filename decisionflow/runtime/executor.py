@@ -44,7 +44,7 @@ from ..errors import ContextLengthError, InputError, ModelError
 from ..spec.plan import Plan, Round
 from ..spec.rubric import FieldKind, FieldSpec, Value, label_of
 from .heads.fitted import Heads
-from .passes.backend import HeadCache, PackedPass, RequestContext
+from .passes.backend import PackedPass, PrefixCache, RequestContext
 from .passes.forward import Pool
 from .passes.protocol import Backend
 from .readout.calibration import Calibration
@@ -143,14 +143,14 @@ def check_fits(compiled: CompiledRubric, input_tokens: list[int], max_positions:
     fixed = compiled.positions_before_input
     if fixed >= max_positions:
         raise InputError(
-            f"this rubric's prompt ({len(compiled.head_tokens)} tokens) and answers need {fixed} positions "
+            f"this rubric's prompt ({len(compiled.prefix_tokens)} tokens) and answers need {fixed} positions "
             f"before any input, but the model's context holds {max_positions}: shorten the rubric "
             "(fewer or shorter options, descriptions or in-context examples) or use a model with a longer context"
         )
     if fixed + len(input_tokens) > max_positions:
         raise ContextLengthError(
             f"the input is {len(input_tokens)} tokens; with this rubric's prompt "
-            f"({len(compiled.head_tokens)} tokens) and answers it needs {fixed + len(input_tokens)} positions, "
+            f"({len(compiled.prefix_tokens)} tokens) and answers it needs {fixed + len(input_tokens)} positions, "
             f"but the model's context holds {max_positions}. Shorten the input to at most "
             f"{max_positions - fixed} tokens."
         )
@@ -160,7 +160,7 @@ def execute(
     backend: Backend,
     compiled: CompiledRubric,
     plan: Plan,
-    head: HeadCache,
+    prefix: PrefixCache,
     requests: list[RequestState],
     calibration: Calibration | None = None,
     priors: Priors | None = None,
@@ -199,7 +199,7 @@ def execute(
         pool = Pool(mean_layers, [row for state in averaged for row in state.input_rows],
                          [len(state.input_rows) for state in averaged]) if averaged else None
         out = backend.run_pass_with_features(
-            head, [s.context for s in requests], packed, [p for r in reads for p in r.positions],
+            prefix, [s.context for s in requests], packed, [p for r in reads for p in r.positions],
             read_layers, feature_rows, gather_index(rows), pool,
         )
         spent += (time.perf_counter() - began) * 1000

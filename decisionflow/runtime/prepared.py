@@ -1,17 +1,17 @@
 """The engine's prepared rubrics: what a rubric costs once, kept for every later request.
 
 Preparing a rubric means compiling it (prompt, layout probe, answer tries) and planning its rounds,
-then, on its first request, getting its head's KV cache (from the disk store, else by one prefill
+then, on its first request, getting its prefix's KV cache (from the disk store, else by one prefill
 that is then stored) and, when a readout correction needs it, its content-free prior (the mean
 distribution over content-free inputs, also stored on disk). `PreparedRubrics` keeps these in a
-least-recently-used cache bounded by count and by the bytes the head caches hold (the rubric in use
+least-recently-used cache bounded by count and by the bytes the prefix caches hold (the rubric in use
 and pinned rubrics, such as the ones a server offers by name, are always kept); two threads asking
 for the same new rubric prepare it once. A caller may check a compiled rubric before it is kept
 (`get(rubric, check=...)`): one it refuses costs its compilation and nothing else.
 
 Work nobody waits for any more can be stopped between phases (a `Checkpoint`, which a server's requests
-carry): the head prefill and the content-free reading each ask it before they begin. A stopped phase
-leaves nothing behind but what was finished before it (a compiled rubric, a prefilled head), each a
+carry): the prefix prefill and the content-free reading each ask it before they begin. A stopped phase
+leaves nothing behind but what was finished before it (a compiled rubric, a prefilled prefix), each a
 state any later call starts from, and the next call that needs the rest does it.
 
 It also chooses, per request, the prior each field's reading is divided by (`priors`), because the
@@ -34,10 +34,10 @@ from ..errors import CalibrationError
 from ..spec.kinds import Reading
 from ..spec.plan import Plan, make_plan, split_by_tokens
 from ..spec.rubric import Rubric
-from .head_store import HeadStore
 from .heads.fitted import Heads
-from .passes.backend import HeadCache
+from .passes.backend import PrefixCache
 from .passes.protocol import Backend
+from .prefix_store import PrefixStore, legacy_folders
 from .readout.calibration import Calibration
 from .readout.debias import CONTENT_FREE_BY_READING, DEFAULT_BY_READING, Debias, Priors, mean_distribution
 from .result import Decision
@@ -47,7 +47,7 @@ INDEPENDENT_ROW_TOKENS = 4096
 """Tokens of rows one request's pass carries when its fields are independent questions (each row holds its
 question): a larger question set is read in several passes, each seeing the input only."""
 Checkpoint = Callable[[str], None]
-"""Called with the phase about to begin (`head`: the head prefill; `prior`: the content-free reading; `pass`:
+"""Called with the phase about to begin (`prefix`: the prefix prefill; `prior`: the content-free reading; `pass`:
 a forward pass of the inputs); raising stops the work there, and the exception reaches the caller."""
 ContentFreeReader = Callable[[Rubric, Sequence[str], "Checkpoint | None"], list[Any]]
 """Decides content-free inputs with the rubric, uncorrected: one `Decision` (or error) per input. The
@@ -58,10 +58,10 @@ checkpoint, when given, is asked before each of the reading's passes."""
 class PreparedRubric:
     compiled: CompiledRubric
     plan: Plan
-    head: HeadCache | None = None
-    head_ms: float = 0.0
-    head_source: str = ""
-    """How the head was obtained the first time: `prefill` or `disk`."""
+    prefix: PrefixCache | None = None
+    prefix_ms: float = 0.0
+    prefix_source: str = ""
+    """How the prefix was obtained the first time: `prefill` or `disk`."""
     compile_ms: float = 0.0
     content_free: dict[str, tuple[float, ...]] | None = None
     """Per field, its mean distribution over content-free inputs (the contextual-calibration prior)."""
@@ -70,7 +70,7 @@ class PreparedRubric:
     """How the content-free prior was obtained: `decided` (the content-free inputs were read apart), `pass`
     (read in a request's own pass, beside its input: independent questions) or `disk`."""
     preparation_reported: bool = False
-    """Whether a request has already reported what preparing the rubric cost (compile, head, prior)."""
+    """Whether a request has already reported what preparing the rubric cost (compile, prefix, prior)."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     prior_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -83,10 +83,15 @@ class PreparedRubric:
             return True
 
     @property
-    def head_bytes(self) -> int:
-        if self.head is None:
+    def prefix_bytes(self) -> int:
+        if self.prefix is None:
             return 0
-        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.head.kv)
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.prefix.kv)
+
+    @property
+    def head(self) -> PrefixCache | None:
+        """Deprecated: the earlier name of `prefix`."""
+        return self.prefix
 
 
 @dataclass
@@ -96,8 +101,8 @@ class CacheCounts:
     hits: int = 0
     prepared: int = 0
     """Rubrics compiled (a miss)."""
-    heads_prefilled: int = 0
-    heads_loaded: int = 0
+    prefixes_prefilled: int = 0
+    prefixes_loaded: int = 0
     evicted: int = 0
 
 
@@ -113,7 +118,7 @@ class PreparedRubrics:
         catalog: Catalog,
         pin_first: bool | None,
         max_prepared: int,
-        max_head_bytes: int,
+        max_prefix_bytes: int,
         default_debias: Debias | None,
         store_folder: Path | None,
         store_bytes: int,
@@ -123,11 +128,11 @@ class PreparedRubrics:
         self.backend = backend
         self.view = view
         self.mode, self.catalog, self.pin_first = mode, catalog, pin_first
-        self.max_prepared, self.max_head_bytes = max_prepared, max_head_bytes
+        self.max_prepared, self.max_prefix_bytes = max_prepared, max_prefix_bytes
         self.default_debias = default_debias
         self.counts = CacheCounts()
         self._store_folder, self._store_bytes, self._fingerprint = store_folder, store_bytes, fingerprint
-        self._store: HeadStore | None = None
+        self._store: PrefixStore | None = None
         self._read_content_free = read_content_free
         self._entries: OrderedDict[PreparedKey, PreparedRubric] = OrderedDict()
         self._pinned: set[PreparedKey] = set()
@@ -158,17 +163,22 @@ class PreparedRubrics:
             self._pinned.add(self.key(rubric))
 
     @property
-    def head_bytes(self) -> int:
-        """Bytes of the head KV caches held across prepared rubrics."""
+    def prefix_bytes(self) -> int:
+        """Bytes of the prefix KV caches held across prepared rubrics."""
         with self._lock:
-            return _distinct_head_bytes(self._entries.values())
+            return _distinct_prefix_bytes(self._entries.values())
 
     @property
-    def store(self) -> HeadStore | None:
-        """The disk store of head caches and priors (None when they are kept in memory only)."""
+    def head_bytes(self) -> int:
+        """Deprecated: the earlier name of `prefix_bytes`."""
+        return self.prefix_bytes
+
+    @property
+    def store(self) -> PrefixStore | None:
+        """The disk store of prefix caches and priors (None when they are kept in memory only)."""
         if self._store is None and self._store_folder is not None:
-            self._store = HeadStore(self._store_folder, fingerprint=self._fingerprint(), dtype=self.backend.dtype,
-                                    max_bytes=self._store_bytes)
+            self._store = PrefixStore(self._store_folder, fingerprint=self._fingerprint(), dtype=self.backend.dtype,
+                                      max_bytes=self._store_bytes, legacy=legacy_folders(self._store_folder))
         return self._store
 
     def peek(self, rubric: Rubric) -> PreparedRubric | None:
@@ -196,7 +206,7 @@ class PreparedRubrics:
         return plan
 
     def get(self, rubric: Rubric, *, check: Callable[[PreparedRubric], None] | None = None) -> PreparedRubric:
-        """The rubric compiled and planned (its head comes with `ensure_head`). `check` sees a newly
+        """The rubric compiled and planned (its prefix comes with `ensure_prefix`). `check` sees a newly
         compiled rubric before it is kept and may refuse it by raising: nothing is then cached."""
         key = self.key(rubric)
         with self._lock:
@@ -221,49 +231,49 @@ class PreparedRubrics:
             self._evict(keep=key)
         return prepared
 
-    def ensure_head(self, prepared: PreparedRubric, *, checkpoint: Checkpoint | None = None) -> None:
-        """Get the rubric's head cache once (other threads wait for it): from the disk store when it has
-        it, else by a prefill that is then stored. `checkpoint("head")` is asked before a prefill."""
-        if prepared.head is not None:
+    def ensure_prefix(self, prepared: PreparedRubric, *, checkpoint: Checkpoint | None = None) -> None:
+        """Get the rubric's prefix cache once (other threads wait for it): from the disk store when it has
+        it, else by a prefill that is then stored. `checkpoint("prefix")` is asked before a prefill."""
+        if prepared.prefix is not None:
             return
         with prepared.lock:
-            if prepared.head is not None:
+            if prepared.prefix is not None:
                 return
             began = time.perf_counter()
-            tokens = prepared.compiled.head_tokens
-            head = self._head_held(tokens)
+            tokens = prepared.compiled.prefix_tokens
+            prefix = self._prefix_held(tokens)
             store = self.store
-            prepared.head_source = "memory"
-            if head is None:
-                head = store.load(tokens, layers=self.backend.layer_count, device=self.backend.device) if store else None
-                prepared.head_source = "disk" if head is not None else "prefill"
-            if head is None:
+            prepared.prefix_source = "memory"
+            if prefix is None:
+                prefix = store.load(tokens, layers=self.backend.layer_count, device=self.backend.device) if store else None
+                prepared.prefix_source = "disk" if prefix is not None else "prefill"
+            if prefix is None:
                 if checkpoint is not None:
-                    checkpoint("head")
-                head = self.backend.prefill_head(list(tokens))
+                    checkpoint("prefix")
+                prefix = self.backend.prefill_prefix(list(tokens))
                 if store is not None:
-                    store.save(tokens, head)
-            prepared.head = head
-            prepared.head_ms = (time.perf_counter() - began) * 1000
+                    store.save(tokens, prefix)
+            prepared.prefix = prefix
+            prepared.prefix_ms = (time.perf_counter() - began) * 1000
         with self._lock:
-            if prepared.head_source == "disk":
-                self.counts.heads_loaded += 1
-            elif prepared.head_source == "prefill":
-                self.counts.heads_prefilled += 1
+            if prepared.prefix_source == "disk":
+                self.counts.prefixes_loaded += 1
+            elif prepared.prefix_source == "prefill":
+                self.counts.prefixes_prefilled += 1
             self._evict(keep=next((k for k, p in self._entries.items() if p is prepared), None))
 
-    def _head_held(self, tokens: tuple[int, ...]) -> HeadCache | None:
-        """A head cache another prepared rubric holds for the same tokens (every independent question set
-        with the same instructions has one head): shared, not computed or loaded again."""
+    def _prefix_held(self, tokens: tuple[int, ...]) -> PrefixCache | None:
+        """A prefix cache another prepared rubric holds for the same tokens (every independent question set
+        with the same instructions has one prefix): shared, not computed or loaded again."""
         with self._lock:
-            return next((p.head for p in self._entries.values() if p.head is not None and p.compiled.head_tokens == tokens),
+            return next((p.prefix for p in self._entries.values() if p.prefix is not None and p.compiled.prefix_tokens == tokens),
                         None)
 
     def _evict(self, *, keep: Any) -> None:
-        """Drop least recently used rubrics beyond the count and head-byte budgets (caller holds the lock)."""
+        """Drop least recently used rubrics beyond the count and prefix-byte budgets (caller holds the lock)."""
         def over() -> bool:
-            heads = _distinct_head_bytes(self._entries.values())
-            return len(self._entries) > self.max_prepared or heads > self.max_head_bytes
+            prefixes = _distinct_prefix_bytes(self._entries.values())
+            return len(self._entries) > self.max_prepared or prefixes > self.max_prefix_bytes
 
         for key in list(self._entries):
             if not over():
@@ -283,7 +293,7 @@ class PreparedRubrics:
         under (its features include the corrected readout), else the call's, else the one the
         calibration was fitted under, else the field's, else the rubric's, else the engine's: content-free
         priors are estimated once per rubric; domain priors come from the calibration file (refused when
-        it has none for that field). `checkpoint` is asked before the head prefill and the content-free reading
+        it has none for that field). `checkpoint` is asked before the prefix prefill and the content-free reading
         a first call may need. `pending`, when given, receives the fields whose content-free prior is neither
         held nor stored (field -> correction) instead of that prior being read here: the caller reads it in the
         pass that reads the fields (`executor.FreeReading`) and keeps it with `keep_content_free`."""
@@ -326,7 +336,7 @@ class PreparedRubrics:
 
     def reads_content_free(self, rubric: Rubric) -> bool:
         """Whether a call without a correction, calibration or heads of its own reads the rubric's content-free
-        prior (its first call then prepares that too, after the head)."""
+        prior (its first call then prepares that too, after the prefix)."""
         return any(Debias(spec.debias or rubric.debias or self.default_for(rubric)).uses_content_free_prior
                    for spec in rubric.fields.values())
 
@@ -344,7 +354,7 @@ class PreparedRubrics:
         with prepared.prior_lock:
             if prepared.content_free is None:
                 began = time.perf_counter()
-                stored = store.load_prior(prepared.compiled.head_tokens, self.prior_identity(prepared, rubric))
+                stored = store.load_prior(prepared.compiled.prefix_tokens, self.prior_identity(prepared, rubric))
                 if stored is None:
                     return False
                 prepared.content_free, prepared.prior_source = stored, "disk"
@@ -358,22 +368,22 @@ class PreparedRubrics:
                 return
             prepared.content_free, prepared.prior_source, prepared.prior_ms = dict(priors), "pass", 0.0
             if self.store is not None:
-                self.store.save_prior(prepared.compiled.head_tokens, self.prior_identity(prepared, rubric), prepared.content_free)
+                self.store.save_prior(prepared.compiled.prefix_tokens, self.prior_identity(prepared, rubric), prepared.content_free)
 
     def content_free_prior(
         self, prepared: PreparedRubric, rubric: Rubric, *, checkpoint: Checkpoint | None = None,
     ) -> dict[str, tuple[float, ...]]:
         """Each field's mean distribution over the content-free inputs, computed once per rubric.
-        `checkpoint`: asked before the head prefill (`head`), then before each pass of the reading (`prior`)."""
+        `checkpoint`: asked before the prefix prefill (`prefix`), then before each pass of the reading (`prior`)."""
         if prepared.content_free is not None:
             return prepared.content_free
         with prepared.prior_lock:
             if prepared.content_free is None:
-                self.ensure_head(prepared, checkpoint=checkpoint)  # first, so that the prior's time is its own reading only
+                self.ensure_prefix(prepared, checkpoint=checkpoint)  # first, so that the prior's time is its own reading only
                 began = time.perf_counter()
-                head_tokens, identity = prepared.compiled.head_tokens, self.prior_identity(prepared, rubric)
+                prefix_tokens, identity = prepared.compiled.prefix_tokens, self.prior_identity(prepared, rubric)
                 store = self.store
-                stored = store.load_prior(head_tokens, identity) if store is not None else None
+                stored = store.load_prior(prefix_tokens, identity) if store is not None else None
                 if stored is not None:
                     prepared.content_free, prepared.prior_source = stored, "disk"
                     prepared.prior_ms = (time.perf_counter() - began) * 1000
@@ -390,11 +400,11 @@ class PreparedRubrics:
                 prepared.content_free, prepared.prior_source = priors, "decided"
                 prepared.prior_ms = (time.perf_counter() - began) * 1000
                 if store is not None:
-                    store.save_prior(head_tokens, identity, priors)
+                    store.save_prior(prefix_tokens, identity, priors)
         return prepared.content_free
 
     def prior_identity(self, prepared: PreparedRubric, rubric: Rubric) -> dict[str, Any]:
-        """What a rubric's content-free priors depend on besides its head, the model and the dtype: the
+        """What a rubric's content-free priors depend on besides its prefix, the model and the dtype: the
         inputs read and the tokens that read them (each input's request, every field's row), so that a prior
         stored before a change to how a rubric is written out is never read for the new prompt."""
         compiled = prepared.compiled
@@ -406,6 +416,6 @@ class PreparedRubrics:
         return {"inputs": list(inputs), "prepared": list(self.key(rubric)), "tokens": digest}
 
 
-def _distinct_head_bytes(entries: Any) -> int:
-    """Bytes of the head caches held, a cache shared by several rubrics counted once."""
-    return sum({id(p.head): p.head_bytes for p in entries if p.head is not None}.values())
+def _distinct_prefix_bytes(entries: Any) -> int:
+    """Bytes of the prefix caches held, a cache shared by several rubrics counted once."""
+    return sum({id(p.prefix): p.prefix_bytes for p in entries if p.prefix is not None}.values())

@@ -55,7 +55,7 @@ def decision_table(decision: Any) -> Group:
     fitted = [name for name, f in decision.fields.items() if f.fitted]
     footer = Text(
         f"{s.forward_passes} forward pass{'' if s.forward_passes == 1 else 'es'}, {s.tokens_prefilled} tokens prefilled "
-        f"(input {s.input_tokens}; head {s.head_tokens} tokens, from {s.head_source}), "
+        f"(input {s.input_tokens}; prefix {s.prefix_tokens} tokens, from {s.prefix_source}), "
         f"{s.timings_ms.get('total', 0):.0f} ms"
         + (f"; p debiased ({', '.join(corrections)})" if corrections else "")
         + (f"; p of {', '.join(fitted)} from fitted heads" if fitted else "")

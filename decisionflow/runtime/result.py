@@ -91,19 +91,19 @@ class FieldResult:
 @dataclass(frozen=True)
 class Stats:
     forward_passes: int
-    """Passes this request took part in (the head's one-off prefill not counted)."""
+    """Passes this request took part in (the prefix's one-off prefill not counted)."""
     tokens_prefilled: int
     """New tokens this request fed through the model: input, written answers and rows."""
     input_tokens: int
-    head_tokens: int
-    head_cache_hit: bool
+    prefix_tokens: int
+    prefix_cache_hit: bool
     """False only for the first request of a rubric in this engine, which pays (and reports in
-    `timings_ms`) its preparation: compile, head, content-free prior."""
+    `timings_ms`) its preparation: compile, prefix, content-free prior."""
     batch_size: int = 1
     """Requests that shared these passes."""
     timings_ms: dict[str, float] = field(default_factory=dict)
-    head_source: str = "memory"
-    """Where the rubric's head cache came from for this call: `memory`, `disk` or `prefill`."""
+    prefix_source: str = "memory"
+    """Where the rubric's prefix cache came from for this call: `memory`, `disk` or `prefill`."""
     device: str = ""
     dtype: str = ""
     kernels: str = ""
@@ -113,7 +113,28 @@ class Stats:
     Qwen families) or `model-forward` (the model's own forward, any decoder-only family)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data.update({old: data[new] for old, new in DEPRECATED_STATS_KEYS.items()})
+        return data
+
+    @property
+    def head_tokens(self) -> int:
+        """Deprecated: the earlier name of `prefix_tokens`."""
+        return self.prefix_tokens
+
+    @property
+    def head_cache_hit(self) -> bool:
+        """Deprecated: the earlier name of `prefix_cache_hit`."""
+        return self.prefix_cache_hit
+
+    @property
+    def head_source(self) -> str:
+        """Deprecated: the earlier name of `prefix_source`."""
+        return self.prefix_source
+
+
+DEPRECATED_STATS_KEYS = {"head_tokens": "prefix_tokens", "head_cache_hit": "prefix_cache_hit", "head_source": "prefix_source"}
+"""Keys `Stats.to_dict` also writes under their earlier names (the same values), for readers of the old output."""
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,7 @@ class DecisionService:
         `/v1/decisions` questions), by route and content (`QuestionSetFormat.key`)."""
         self.budget = PreparationBudget(self.limits.new_question_sets_per_minute, self.limits.new_question_set_burst)
         self.preparing = asyncio.Semaphore(1)
-        """Held by the first call of a question set whose head is not prefilled yet (see `_decide_question_set`)."""
+        """Held by the first call of a question set whose prefix is not prefilled yet (see `_decide_question_set`)."""
         self.work = ThreadPoolExecutor(max_workers=max(1, settings.work_threads), thread_name_prefix="decisionflow-work")
         self.model_name = model_name
         self.started = False
@@ -261,13 +261,13 @@ class DecisionService:
             raise form.input_refused(error, request) from None
 
     async def _decide_question_set(self, route: str, rubric: Any, state: Any, cost: int, note: RequestNote) -> Any:
-        """The first call of a set prefills its head and reads its content-free prior on the model thread.
+        """The first call of a set prefills its prefix and reads its content-free prior on the model thread.
         Such calls reach the queue one at a time, so a request of a prepared rubric waits behind at most
         one preparation, however many new sets arrive together; the others wait here, off the queue, and
         count as waiting for the set: a preparation stops only when no request waits for it any more."""
         def prepared() -> bool:
             found = self.engine.prepared.peek(rubric)
-            return found is not None and found.head is not None and (
+            return found is not None and found.prefix is not None and (
                 found.content_free is not None or not self.engine.prepared.reads_content_free(rubric))
 
         def decide() -> Any:
@@ -301,16 +301,16 @@ class DecisionService:
             raise located(error) from None
 
     def _within_limits(self, prepared: Any, *, field: str = "questions") -> None:
-        head = len(prepared.compiled.head_tokens)
-        limit = self.limits.max_question_set_head_tokens
-        if head > limit:
+        prefix = len(prepared.compiled.prefix_tokens)
+        limit = self.limits.max_question_set_prefix_tokens
+        if prefix > limit:
             raise Located(DataError(
-                f"the question set's prompt is {head} tokens before the input; at most {limit} "
-                "(max_question_set_head_tokens): ask fewer questions, or shorten their instructions and criteria"
+                f"the question set's prompt is {prefix} tokens before the input; at most {limit} "
+                "(max_question_set_prefix_tokens): ask fewer questions, or shorten their instructions and criteria"
             ), field)
         rows = sum(compiled.row_length for compiled in prepared.compiled.fields.values())
         limit = self.limits.max_question_set_row_tokens
-        # Read shared, a field's row is its answers only (its question is in the head the limit above bounds).
+        # Read shared, a field's row is its answers only (its question is in the prefix the limit above bounds).
         if prepared.compiled.rubric.reading is Reading.INDEPENDENT and rows > limit:
             raise Located(DataError(
                 f"the question set's rows (each question with its answers, read after the input) are {rows} tokens; "

@@ -9,9 +9,9 @@ one `engine.decide_each` call on the model's own thread, so the event loop never
 input it belongs to: answers are never mixed between requests, and one bad input fails only itself.
 An input whose client went away (or whose request ran out of time) is cancelled: dropped from the
 queue if it has not started; if it has, its model call stops at the engine's next checkpoint once no
-input of the call is waited for (before the head prefill, before each pass of the content-free reading,
+input of the call is waited for (before the prefix prefill, before each pass of the content-free reading,
 before each pass of the inputs), and the others in its batch are unaffected. A rubric's preparation (its
-head prefill and content-free reading, done by its first call) is shared: it stops only when no request
+prefix prefill and content-free reading, done by its first call) is shared: it stops only when no request
 waits for that rubric at all, in the queue or before it (`awaiting`); what was finished stays, and the
 next call that needs the rest does it.
 
@@ -349,11 +349,11 @@ class MicroBatcher:
 
     def _checkpoint(self, batch: list[_Waiting], phase: str) -> None:
         """The engine's checkpoint for one call (on the model thread): stop once every input of the call is
-        abandoned and, for the rubric's preparation (`head`, `prior`), once no other request waits for it."""
+        abandoned and, for the rubric's preparation (`prefix`, `prior`), once no other request waits for it."""
         if not all(item.abandoned for item in batch):
             return
         if phase != "pass" and self.awaited(batch[0].target):
-            return  # a request still waits for this rubric: its head and prior are worth finishing
+            return  # a request still waits for this rubric: its prefix and prior are worth finishing
         raise Stopped(phase)
 
 

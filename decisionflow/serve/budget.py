@@ -1,7 +1,7 @@
 """What new `/v1/systemone` question sets may cost: a budget of preparations per client.
 
-A question set the engine has not prepared costs far more than a request: it is compiled, its head
-(up to `max_question_set_head_tokens` tokens) is prefilled on the one model thread everyone shares,
+A question set the engine has not prepared costs far more than a request: it is compiled, its prefix
+(up to `max_question_set_prefix_tokens` tokens) is prefilled on the one model thread everyone shares,
 and its content-free prior is read. Changing one character of an instruction makes a new set, so
 without a budget one client could keep the model busy preparing and push every served rubric out of
 the caches. Each client (each API key; every client together when the server has no keys) has a

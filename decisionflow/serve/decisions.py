@@ -19,7 +19,7 @@ The request, part by part:
   optional `description`), each with `instructions` (text, or `input_text` / `input_json` parts) and an
   optional `name`;
 - `prompt_cache_key`, `prompt_cache_options` (and the parts' `prompt_cache_breakpoint`) are accepted and
-  change nothing: every question set's head is cached by the engine whatever they say (see `question_sets`);
+  change nothing: every question set's prefix is cached by the engine whatever they say (see `question_sets`);
   `safety_identifier` (at most 64 characters) is accepted and not used. Keys this API does not know are
   accepted and change nothing, as on `/v1/chat/completions`.
 
@@ -40,8 +40,8 @@ every value (in the question's order, values keeping their JSON type) and its co
 level Σ i·pᵢ, the probability of every level (its index and label) and its confidence (see
 `question_sets.confidence`); or `{"type": "refusal"}` for a question whose candidate mass is below the
 server's `decisions_refusal_mass` (off by default), the others still answered. `usage.input_tokens` is what
-the model read (head, input, every question's row), of which `input_tokens_details.cached_tokens` came from
-the head cache (`cache_write_tokens`: the head this request prefilled); nothing is generated.
+the model read (prefix, input, every question's row), of which `input_tokens_details.cached_tokens` came from
+the prefix cache (`cache_write_tokens`: the prefix this request prefilled); nothing is generated.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from ..spec.rubric import MAX_SCORE_LEVELS, FieldSpec, Rubric, label_of, normali
 from .admission import Answering
 from .body import first_repeated_key, json_type, lone_surrogate
 from .openai_chat import model_refused
-from .question_sets import choice_field, confidence, head_from_cache, independent_rubric, predicate_field, score_field
+from .question_sets import choice_field, confidence, independent_rubric, predicate_field, prefix_from_cache, score_field
 from .question_sets import tokens_read as read_tokens
 from .refusals import HttpRefusal, Located, field_path
 
@@ -490,12 +490,12 @@ def _unit(probability: float) -> float:
 
 
 def usage_of(decision: Any) -> dict[str, Any]:
-    """What the model read (see `question_sets.tokens_read`); the head counts as cached when a cache served it."""
+    """What the model read (see `question_sets.tokens_read`); the prefix counts as cached when a cache served it."""
     stats = decision.stats
     read = read_tokens(stats)
-    cached = stats.head_tokens if head_from_cache(stats) else 0
+    cached = stats.prefix_tokens if prefix_from_cache(stats) else 0
     return {"input_tokens": read, "input_tokens_details": {"cached_tokens": cached,
-                                                          "cache_write_tokens": stats.head_tokens - cached},
+                                                          "cache_write_tokens": stats.prefix_tokens - cached},
             "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": read}
 
 

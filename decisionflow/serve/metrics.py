@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-STOP_PHASES = ("convert", "compile", "admit", "head", "prior", "pass")
+STOP_PHASES = ("convert", "compile", "admit", "prefix", "prior", "pass")
 """Where work nobody waits for stops: a request's steps on the helper threads, then the model thread's."""
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -75,7 +75,7 @@ class Metrics:
         self.stopped = Counter(
             "decisionflow_stopped", "Work stopped because no request waited for it any more (its client left or its "
             "deadline passed), by the step it stopped before: convert, compile, admit (a request's own steps on the "
-            "helper threads), head, prior, pass (the model thread's head prefill, content-free reading, forward pass).",
+            "helper threads), prefix, prior, pass (the model thread's prefix prefill, content-free reading, forward pass).",
             ["phase"], registry=self.registry,
         )
         for phase in STOP_PHASES:
@@ -89,7 +89,7 @@ class Metrics:
             self.question_sets.labels(result=result)
         self.preparations = Counter(
             "decisionflow_question_set_preparations", "New question sets admitted for preparation "
-            "(compile, head prefill, content-free reading), within the clients' budgets.", registry=self.registry,
+            "(compile, prefix prefill, content-free reading), within the clients' budgets.", registry=self.registry,
         )
 
     def watch_prepared(self, prepared: Any) -> None:
@@ -110,11 +110,13 @@ class _PreparedCollector(Collector):
         counts = self.prepared.counts
         events = CounterMetricFamily(
             "decisionflow_prepared_rubric_events", "The engine's prepared-rubric cache: hits, rubrics prepared "
-            "(compiled), heads prefilled or loaded from disk, and evictions.", labels=["event"],
+            "(compiled), prefixes prefilled or loaded from disk, and evictions.", labels=["event"],
         )
-        for event in ("hits", "prepared", "heads_prefilled", "heads_loaded", "evicted"):
+        for event in ("hits", "prepared", "prefixes_prefilled", "prefixes_loaded", "evicted"):
             events.add_metric([event], getattr(counts, event))
         yield events
         yield GaugeMetricFamily("decisionflow_prepared_rubrics", "Rubrics the engine holds prepared.", value=len(self.prepared))
-        yield GaugeMetricFamily("decisionflow_prepared_head_bytes", "Bytes of the head KV caches the engine holds.",
-                                value=self.prepared.head_bytes)
+        yield GaugeMetricFamily("decisionflow_prepared_prefix_bytes", "Bytes of the prefix KV caches the engine holds.",
+                                value=self.prepared.prefix_bytes)
+        yield GaugeMetricFamily("decisionflow_prepared_head_bytes", "Deprecated: decisionflow_prepared_prefix_bytes "
+                                "under its earlier name.", value=self.prepared.prefix_bytes)

@@ -336,8 +336,8 @@ def _tool_call(request: ChatRequest, request_id: str, arguments: str) -> dict[st
 
 
 def usage(decision: Any, completion_tokens: int) -> dict[str, int]:
-    """What the model read (the cached head, the conversation and the opener) and the answer's own tokens."""
-    prompt = decision.stats.head_tokens + decision.stats.input_tokens
+    """What the model read (the cached prefix, the conversation and the opener) and the answer's own tokens."""
+    prompt = decision.stats.prefix_tokens + decision.stats.input_tokens
     return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
 
 
@@ -354,8 +354,10 @@ def extension(schema_rubric: SchemaRubric, decision: Any) -> dict[str, Any]:
     stats = decision.stats
     return {"rubric": decision.rubric, "fields": fields,
             "stats": {"forward_passes": stats.forward_passes, "tokens_prefilled": stats.tokens_prefilled,
-                      "head_tokens": stats.head_tokens, "head_cache_hit": stats.head_cache_hit,
-                      "batch_size": stats.batch_size, "timings_ms": stats.timings_ms}}
+                      "prefix_tokens": stats.prefix_tokens, "prefix_cache_hit": stats.prefix_cache_hit,
+                      "batch_size": stats.batch_size, "timings_ms": stats.timings_ms,
+                      # deprecated: the two above under their earlier names
+                      "head_tokens": stats.prefix_tokens, "head_cache_hit": stats.prefix_cache_hit}}
 
 
 # -- errors --------------------------------------------------------------------------------------------

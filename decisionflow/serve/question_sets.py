@@ -4,8 +4,8 @@
 must not move with the questions asked beside it. Both build the same kind of rubric, one read
 independently (`reading: independent`, see `compiler.independent`): each question is a field of its own,
 asked in its own turn after the input, so its distribution is the same alone, among others and in any
-order, and every question set of a route shares one head (the route's instructions and the input's opening),
-so a set never seen before costs its rows and its content-free prior, never a new head.
+order, and every question set of a route shares one prefix (the route's instructions and the input's opening),
+so a set never seen before costs its rows and its content-free prior, never a new prefix.
 
 A question becomes a field one way whichever door it came in by:
 - a yes/no question (systemone `noul`, decisions `predicate`) is a boolean field; what `true` and `false`
@@ -19,8 +19,8 @@ Both routes report the same two numbers the same way:
 - `confidence`: the probability of the answer given, the likeliest label or level (a score's `score` is the
   expected level and may fall between levels, so its confidence is the likeliest level's probability). It
   says how sure the model was of its pick; it is not calibrated (see docs/evaluation.md);
-- the tokens the model read: the rubric's head (computed once and cached), the input and every question's
-  row (`Stats.head_tokens + Stats.tokens_prefilled`; rows packed as a tree read the turn opening they share
+- the tokens the model read: the rubric's prefix (computed once and cached), the input and every question's
+  row (`Stats.prefix_tokens + Stats.tokens_prefilled`; rows packed as a tree read the turn opening they share
   once); nothing is generated.
 """
 
@@ -32,7 +32,7 @@ from ..spec.kinds import Debias
 from ..spec.rubric import FieldKind, FieldSpec, Rubric
 
 NO_INSTRUCTIONS = ""
-"""A route whose question sets carry no instructions shares its head (the system turn and the input's opening)
+"""A route whose question sets carry no instructions shares its prefix (the system turn and the input's opening)
 with every other such set, LangChain's in-process decision model's included: one prefill per model."""
 
 
@@ -61,7 +61,7 @@ def score_field(question: str, levels: list[str]) -> dict[str, Any]:
 def independent_rubric(name: str, fields: dict[str, FieldSpec], *, instructions: str = NO_INSTRUCTIONS,
                        debias: Debias | None = None) -> Rubric:
     """The question set as a rubric read independently (nothing pinned: no question reads another's answer).
-    `instructions` open the head, the same for every set of a route; `debias`: the readout correction (None:
+    `instructions` open the prefix, the same for every set of a route; `debias`: the readout correction (None:
     the engine's default)."""
     return Rubric(name=name, instructions=instructions, fields=fields, pin_first=False, reading="independent",
                   debias=debias)
@@ -74,10 +74,10 @@ def confidence(result: Any) -> float:
 
 
 def tokens_read(stats: Any) -> int:
-    """What the model read for a request: the head, the input and the question rows (see the module)."""
-    return stats.head_tokens + stats.tokens_prefilled
+    """What the model read for a request: the prefix, the input and the question rows (see the module)."""
+    return stats.prefix_tokens + stats.tokens_prefilled
 
 
-def head_from_cache(stats: Any) -> bool:
-    """Whether the request's head came from a cache (the engine's memory or its disk store), not its own prefill."""
-    return stats.head_source != "prefill"
+def prefix_from_cache(stats: Any) -> bool:
+    """Whether the request's prefix came from a cache (the engine's memory or its disk store), not its own prefill."""
+    return stats.prefix_source != "prefill"

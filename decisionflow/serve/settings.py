@@ -34,12 +34,12 @@ class Limits:
     """What a 503 for a full queue tells the client to wait before trying again."""
     max_cached_question_sets: int = 256
     """Question sets (`/v1/systemone` and `/v1/decisions` questions, `/v1/chat/completions` schemas) kept as built
-    rubrics (the engine keeps their compiled form and head cache)."""
+    rubrics (the engine keeps their compiled form and prefix cache)."""
     max_cached_question_set_bytes: int = 32 << 20
     """...and the bytes of their questions (ids, instructions, criteria) kept across them."""
     new_question_sets_per_minute: float = 30.0
     """New question sets (not yet prepared by the engine) each client may have prepared per minute: each
-    costs a compile, a head prefill and a content-free reading on the model thread everyone shares. Per
+    costs a compile, a prefix prefill and a content-free reading on the model thread everyone shares. Per
     API key when the server has keys, else for all clients together; beyond it, 429 with `Retry-After`."""
     new_question_set_burst: int = 4
     """New question sets a client may have prepared at once before the per-minute rate applies."""
@@ -47,9 +47,9 @@ class Limits:
     """Fields a `/v1/chat/completions` schema may ask (a multi-label array asks one per option): each is a row of every pass."""
     max_schema_options: int = 512
     """Answers one property of such a schema may offer: each is listed in the prompt and compiled into the field's trie."""
-    max_question_set_head_tokens: int = 2048
+    max_question_set_prefix_tokens: int = 2048
     """A question set whose prompt (instructions and every question's catalog, before the input) is longer is
-    refused before it is cached: its head prefill on the shared model thread is what a new set costs most."""
+    refused before it is cached: its prefix prefill on the shared model thread is what a new set costs most."""
     max_question_set_row_tokens: int = 2048
     """A question set read independently (`/v1/systemone`, `/v1/decisions`) whose rows are longer is refused before
     it is cached. Each question's row carries its text and its allowed answers and is read after the input on
@@ -65,6 +65,11 @@ class Limits:
     live request waits for ends at its next checkpoint (a rubric's preparation only once no request waits for
     that rubric). 60 s is several times the slowest request that fits the other limits on the bundled model
     on 2 CPU cores (a new 32-question set's first request; docs/serving.md, "Timeouts"). None: no deadline."""
+
+    @property
+    def max_question_set_head_tokens(self) -> int:
+        """Deprecated: the earlier name of `max_question_set_prefix_tokens`."""
+        return self.max_question_set_prefix_tokens
 
 
 def body_limit_for(engine: object, limits: Limits) -> int:

@@ -11,7 +11,7 @@ label, "probabilities": {...}, "confidence": P(label)} | {"type": "score", "scor
 How a question set becomes a rubric:
 - the format promises that the questions are independent, so the set is a rubric read independently
   (`question_sets`, `reading: independent`): each question is a field asked in its own turn after the
-  state, reading neither the other questions nor their answers, all in one packed pass over a head that no
+  state, reading neither the other questions nor their answers, all in one packed pass over a prefix that no
   question names. Nothing is pinned, and an answer is the same alone, among others and in any order;
 - each question is one field: `noul` a boolean (its criteria appended to the question), `choice` a
   choice over its labels, `score` an integer scale 0..n-1 whose levels carry the descriptions;
@@ -20,7 +20,7 @@ How a question set becomes a rubric:
 - the fields are ordered by id, so the same set in any order is one rubric (one compiled set of rows, one
   content-free prior) and gets the same answers.
 
-`usage.input_tokens` is what the model read: the head, the state and every question's row.
+`usage.input_tokens` is what the model read: the prefix, the state and every question's row.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ RUBRIC_INSTRUCTIONS = (
     "Answer every key from the input alone. The keys are independent questions: "
     "answer each one on its own, without regard to the others."
 )
-"""The system turn's instructions of every `/v1/systemone` question set: one head for all of them."""
+"""The system turn's instructions of every `/v1/systemone` question set: one prefix for all of them."""
 SOURCE = "request"
 
 
@@ -308,7 +308,7 @@ def answers_of(decision: Any, request: SystemOneRequest, question_set: QuestionS
 
 
 def usage_of(decision: Any) -> dict[str, int]:
-    """What the model read (the head, the state and every question's row); nothing is generated."""
+    """What the model read (the prefix, the state and every question's row); nothing is generated."""
     return {"input_tokens": tokens_read(decision.stats), "output_tokens": 0}
 
 

@@ -465,7 +465,7 @@ class FieldSpec(_Frozen):
 class InContextExample(_Frozen):
     """A worked example written into the rubric's prompt before every input: an input text and the
     answers the model should see given for it, as an earlier (user, assistant) turn. It belongs to the
-    cached head, so it costs a request only attention (docs/fitting.md measures when it helps)."""
+    cached prefix, so it costs a request only attention (docs/fitting.md measures when it helps)."""
 
     text: StrictStr
     answers: dict[StrictStr, StrictValue] = Field(min_length=1)
@@ -494,7 +494,7 @@ class Rubric(_Frozen):
     catalog: Catalog | None = None
     """The catalog strategy for every choice field (None: the engine's default); a field may override it."""
     examples: tuple[InContextExample, ...] = ()
-    """In-context examples, written in order into the prompt's head as earlier turns (none by default)."""
+    """In-context examples, written in order into the prompt's prefix as earlier turns (none by default)."""
     input_turns: StrictBool = Field(default=False, exclude_if=lambda value: value is False)
     """The input is a conversation told in the chat template's own turns after the rubric's system turn
     (as Chat Completions requests send it; a plain text is one user turn), instead of data to judge shown

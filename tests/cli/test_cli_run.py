@@ -86,20 +86,20 @@ def test_plan_token_view_counts_rows_and_passes():
     result = invoke("plan", SENTIMENT, "--json", "--tokens", "--text", "a gorgeous film")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["forward_passes"] == 1 and data["head_tokens"] > 50
+    assert data["forward_passes"] == 1 and data["prefix_tokens"] > 50
     row = data["rounds"][0]["rows"][0]
     assert row["field"] == "sentiment" and row["row_tokens"] >= row["stem_tokens"] >= 3
     assert row["row_ends"].endswith('"')
     assert 3 <= data["request_tokens"] < 20
 
 
-def test_plan_counts_the_head_run_builds_where_the_catalog_is_left_to_the_engine():
-    # 77 options: the engine's `auto` catalog lists none of them, so the head is a fraction of a full catalog's.
+def test_plan_counts_the_prefix_run_builds_where_the_catalog_is_left_to_the_engine():
+    # 77 options: the engine's `auto` catalog lists none of them, so the prefix is a fraction of a full catalog's.
     rubric = str(Path(SENTIMENT).parent / "banking77_intent.yaml")
     planned = invoke("plan", rubric, "--json", "--tokens")
     ran = invoke("run", rubric, "--json", "--text", "my card is lost")
     assert planned.exit_code == 0 and ran.exit_code == 0, planned.output + ran.output
-    assert json.loads(planned.stdout)["head_tokens"] == json.loads(ran.stdout)["stats"]["head_tokens"] < 500
+    assert json.loads(planned.stdout)["prefix_tokens"] == json.loads(ran.stdout)["stats"]["prefix_tokens"] < 500
 
 
 def test_run_refuses_a_calibration_file_of_another_rubric(tmp_path: Path):

@@ -80,10 +80,10 @@ def test_chat_template_gets_the_models_arguments(qwen_tokenizer):
     # Qwen3's template opens a thinking block unless told otherwise; the engine must say so.
     probe.chat_template = "{{ 'thinking=' ~ enable_thinking ~ ' ' }}" + CHATML
     parts = render_prompt(probe, RUBRIC, opener="{")
-    assert parts.head.startswith("thinking=False ")
+    assert parts.prefix.startswith("thinking=False ")
     parts = render_prompt(qwen_tokenizer, RUBRIC, opener="{\n")
-    assert parts.head.startswith("<|im_start|>system\n")
-    assert "You are Qwen" not in parts.head and "JSON object" in parts.head
+    assert parts.prefix.startswith("<|im_start|>system\n")
+    assert "You are Qwen" not in parts.prefix and "JSON object" in parts.prefix
 
 
 def test_indistinguishable_labels_are_refused(tokenizer):

@@ -56,8 +56,8 @@ def test_literal_lines_are_bare_and_their_quoted_spelling_is_summed(tokenizer_of
 def test_a_rubric_that_reads_turns_takes_the_users_words_as_they_are(tokenizer_of):
     turns, data = compile_rubric(tokenizer_of, TURNS), compile_rubric(tokenizer_of, DATA)
     assert turns.parts.tail == data.parts.tail  # the answer object is read after the same closing
-    assert data.parts.head.endswith("Input:\n") and not turns.parts.head.endswith("Input:\n")
-    assert turns.parts.head == data.parts.head[: -len("Input:\n")]
+    assert data.parts.prefix.endswith("Input:\n") and not turns.parts.prefix.endswith("Input:\n")
+    assert turns.parts.prefix == data.parts.prefix[: -len("Input:\n")]
 
 
 @pytest.mark.parametrize("payload", ["I was charged twice; refund the duplicate.", CONVERSATION])
@@ -65,7 +65,7 @@ def test_the_request_is_the_templates_own_rendering_of_the_conversation(tokenize
     compiled = compile_rubric(tokenizer_of, TURNS)
     messages = [{"role": "user", "content": payload}] if isinstance(payload, str) else payload
     expected = template_text(tokenizer_of, compiled, messages)
-    assert compiled.view.decode([*compiled.head_tokens, *compiled.request_tokens(payload)]) == expected
+    assert compiled.view.decode([*compiled.prefix_tokens, *compiled.request_tokens(payload)]) == expected
 
 
 @pytest.mark.parametrize(("payload", "says"), [
@@ -85,5 +85,5 @@ def test_a_conversation_that_cannot_be_read_as_turns_is_refused(tokenizer, paylo
 
 def test_examples_in_a_rubric_that_reads_turns_are_turns_without_the_input_label(tokenizer):
     rubric = Rubric.model_validate({**TURNS.model_dump(), "examples": [{"text": "Parcel lost", "answers": {"team": "shipping"}}]})
-    head = render_prompt(tokenizer, rubric, opener="{", examples=[("Parcel lost", '{"team": "shipping"}')]).head
-    assert "<|im_start|>user\nParcel lost<|im_end|>" in head and "Input:" not in head
+    prefix = render_prompt(tokenizer, rubric, opener="{", examples=[("Parcel lost", '{"team": "shipping"}')]).prefix
+    assert "<|im_start|>user\nParcel lost<|im_end|>" in prefix and "Input:" not in prefix

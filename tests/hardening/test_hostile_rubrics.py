@@ -419,7 +419,7 @@ def test_many_unknown_keys_are_each_reported_once_with_their_line():
 @given(drafts(max_fields=4))
 def test_every_accepted_rubric_compiles_for_the_real_tokenizer(tokenizer, draft: Draft):
     """What validation accepts must not fail later: the prompt renders, every label tokenises into
-    its trie, and a request's tokens follow the cached head."""
+    its trie, and a request's tokens follow the cached prefix."""
     from decisionflow.compiler import compile_rubric
 
     rubric = loads_rubric(as_json(draft.data))

@@ -93,15 +93,15 @@ def test_every_question_type_is_answered_as_the_engine_answers_the_converted_rub
     assert frustration.score == pytest.approx(fields["frustration"].expected_value, abs=PASS_ROUNDING)
     assert frustration.confidence == max(frustration.probabilities.values())
 
-    # Usage: what the model read (head, input, question rows), nothing generated. The head was prefilled for
+    # Usage: what the model read (prefix, input, question rows), nothing generated. The prefix was prefilled for
     # this request only if no earlier one (or the disk store) had it.
     stats = decision.stats
     assert stats.tokens_prefilled > stats.input_tokens  # the rows are read after the input
-    read = stats.head_tokens + stats.tokens_prefilled
+    read = stats.prefix_tokens + stats.tokens_prefilled
     usage = dict(together.usage)
     details = usage.pop("input_token_details")
     assert usage == {"input_tokens": read, "output_tokens": 0, "total_tokens": read}
-    assert details in ({"cache_read": stats.head_tokens}, {"cache_creation": stats.head_tokens})
+    assert details in ({"cache_read": stats.prefix_tokens}, {"cache_creation": stats.prefix_tokens})
 
 
 @pytest.mark.model
@@ -129,17 +129,17 @@ def test_an_answer_does_not_move_with_the_questions_beside_it(engine, decisions,
     assert list(reordered.answers) == list(QUESTIONS)[::-1]
     for qid in QUESTIONS:
         assert _gap(reordered.answers[qid], together.answers[qid]) < 1e-4, qid
-    # Usage is what the model read. Alone, a question reads the head, the input and its own row; together,
-    # the questions read the head and the input once, their rows packed as a tree that reads once any
+    # Usage is what the model read. Alone, a question reads the prefix, the input and its own row; together,
+    # the questions read the prefix and the input once, their rows packed as a tree that reads once any
     # opening tokens the rows share (none here: each row opens with its own question).
     compiled, _ = engine.compile(question_set(QUESTIONS).rubric)
-    head, request = len(compiled.head_tokens), len(compiled.request_tokens(TICKET))
+    prefix, request = len(compiled.prefix_tokens), len(compiled.request_tokens(TICKET))
     rows = {qid: compiled.fields[name].row_length for qid, name in question_set(QUESTIONS).field_of.items()}
     for qid, response in alone.items():
-        assert response.usage["input_tokens"] == head + request + rows[qid], qid
-    assert max(rows.values()) < together.usage["input_tokens"] - head - request <= sum(rows.values())
-    # The second request of a question set finds the head in the engine's cache.
-    assert reordered.usage == {**together.usage, "input_token_details": {"cache_read": head}}
+        assert response.usage["input_tokens"] == prefix + request + rows[qid], qid
+    assert max(rows.values()) < together.usage["input_tokens"] - prefix - request <= sum(rows.values())
+    # The second request of a question set finds the prefix in the engine's cache.
+    assert reordered.usage == {**together.usage, "input_token_details": {"cache_read": prefix}}
 
 
 def _gap(first, second) -> float:

@@ -22,7 +22,7 @@ def test_a_large_field_is_answered_from_its_trie_without_a_catalog(engine: Engin
     listed = Engine(engine.loaded, options=EngineOptions(catalog=Catalog.FULL))
     short, _ = engine.compile(rubric)
     full, _ = listed.compile(rubric)
-    assert len(short.head_tokens) < len(full.head_tokens) - 50  # the 28 labels are not in the default prompt
+    assert len(short.prefix_tokens) < len(full.prefix_tokens) - 50  # the 28 labels are not in the default prompt
     decided = engine.decide(rubric, "I land in Lisbon on Friday morning, where should I stay?")
     city = decided.fields["city"]
     assert city.value in CITIES and sum(city.probabilities.values()) == pytest.approx(1.0)

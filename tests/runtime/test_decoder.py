@@ -17,7 +17,6 @@ import pytest
 import torch
 
 from decisionflow.errors import ModelError
-from decisionflow.runtime.head_store import model_fingerprint
 from decisionflow.runtime.model.loading import load_model
 from decisionflow.runtime.passes.decoder import (
     DecoderModel,
@@ -27,6 +26,7 @@ from decisionflow.runtime.passes.decoder import (
     pack_for_cpu,
     read_config,
 )
+from decisionflow.runtime.prefix_store import model_fingerprint
 
 TEXTS = ["I was charged twice for one order. Please refund the duplicate charge.",
          "Le colis n'est jamais arrivé, 3 semaines d'attente !"]

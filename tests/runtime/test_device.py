@@ -68,7 +68,7 @@ def test_a_bfloat16_engine_keeps_everything_in_bfloat16(bfloat16_engine: Engine)
     result = half.decide(RUBRIC, TEXT)
     assert result.stats.dtype == "bfloat16"
     prepared = half.prepared.get(RUBRIC)
-    assert all(k.dtype is torch.bfloat16 and v.dtype is torch.bfloat16 for k, v in prepared.head.kv)
+    assert all(k.dtype is torch.bfloat16 and v.dtype is torch.bfloat16 for k, v in prepared.prefix.kv)
     for field in result.fields.values():
         assert sum(field.probabilities.values()) == pytest.approx(1.0)
 

@@ -60,14 +60,14 @@ def test_packed_rows_match_each_row_run_alone(engine: Engine):
     assert worst < 2e-3, worst
 
 
-def test_head_cache_is_not_changed_by_a_request(engine: Engine):
+def test_prefix_cache_is_not_changed_by_a_request(engine: Engine):
     engine.decide(FLAT, TICKET)
     compiled, _ = engine.compile(FLAT)
     prepared = next(p for p in engine.prepared.values() if p.compiled is compiled)
-    before = [(k.clone(), v.clone()) for k, v in prepared.head.kv]
+    before = [(k.clone(), v.clone()) for k, v in prepared.prefix.kv]
     engine.decide(FLAT, "My parcel never arrived.")
-    assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v), (k0, v0) in zip(prepared.head.kv, before))
-    assert prepared.head.kv[0][0].shape[-2] == len(compiled.head_tokens)
+    assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v), (k0, v0) in zip(prepared.prefix.kv, before))
+    assert prepared.prefix.kv[0][0].shape[-2] == len(compiled.prefix_tokens)
 
 
 def test_two_passes_whatever_the_field_count(engine: Engine):
@@ -126,7 +126,7 @@ def test_complete_line_versus_naive_split(engine: Engine, tokenizer):
     """Splitting at the colon leaves a dangling space token; the complete line does not."""
     compiled, _ = engine.compile(FLAT)
     field = compiled.fields["refund"]
-    prefix = list(compiled.head_tokens) + compiled.request_tokens(TICKET)
+    prefix = list(compiled.prefix_tokens) + compiled.request_tokens(TICKET)
     anchor = compiled.parts.tail
     anchor_ids = compiled.view.encode(anchor)
     naive_row = compiled.view.suffix_after(anchor_ids, anchor, compiled.layout.line("refund", "")[:-1])
@@ -148,7 +148,7 @@ def test_quoted_booleans_are_summed(engine: Engine, tokenizer):
     assert quote[0] in field.root.children, "the quoted spelling must be a branch of the trie"
     quoted = field.root.children[quote[0]]
     assert quoted.read and quoted.values == {0, 1}
-    prefix = list(compiled.head_tokens) + compiled.request_tokens(TICKET)
+    prefix = list(compiled.prefix_tokens) + compiled.request_tokens(TICKET)
     at_root = engine.backend.forward_plain(prefix + list(field.stem))
     after_quote = engine.backend.forward_plain(prefix + list(field.stem) + quote[:1])
     reading = read_field(field, {field.root.position: at_root, quoted.position: after_quote})
@@ -170,7 +170,7 @@ def test_pinned_answer_is_in_the_context_of_later_rows(engine: Engine):
     topic = compiled.fields["topic"]
     line = list(topic.answer_lines[topic.values.index(pinned.value.topic if hasattr(pinned.value, "topic") else pinned.fields["topic"].value)])
     refund = compiled.fields["refund"]
-    prefix = list(compiled.head_tokens) + compiled.request_tokens(TICKET)
+    prefix = list(compiled.prefix_tokens) + compiled.request_tokens(TICKET)
     by_hand = engine.backend.forward_plain(prefix + line + list(refund.stem)).exp()
     mass = float(by_hand[list(refund.mass_tokens)].sum())
     assert pinned.fields["refund"].candidate_mass == pytest.approx(mass, rel=1e-3)
@@ -221,13 +221,13 @@ def test_input_longer_than_the_context_is_refused(engine: Engine):
     with pytest.raises(InputError, match=str(engine.backend.max_positions)):
         engine.decide(FLAT, text)
     # Nothing already done is lost: the engine still answers afterwards.
-    assert engine.decide(FLAT, TICKET).stats.head_cache_hit
+    assert engine.decide(FLAT, TICKET).stats.prefix_cache_hit
 
 
 def test_ids_answer_format(engine: Engine):
     rubric = Rubric.model_validate({**FLAT.model_dump(), "answer_format": "ids"})
     compiled, _ = engine.compile(rubric)
-    assert "A) billing" in compiled.parts.head
+    assert "A) billing" in compiled.parts.prefix
     result = engine.decide(rubric, TICKET)
     assert result.fields["topic"].value in ("billing", "delivery", "account_access")
     assert set(result.fields["topic"].probabilities) == {"billing", "delivery", "account_access"}

@@ -1,5 +1,5 @@
 """What the engine promises a caller: errors that name their input, calibrations checked against the
-rubric, user validators that fail one row only, bounded caches, one head prefill under concurrency,
+rubric, user validators that fail one row only, bounded caches, one prefix prefill under concurrency,
 and a model passed in left as it was."""
 
 from __future__ import annotations
@@ -137,16 +137,16 @@ def test_prepared_rubrics_are_bounded(engine: Engine):
         small.decide(rubric, TEXTS[0])
     assert len(small.prepared) == 2
     assert [p.compiled.rubric.name for p in small.prepared.values()] == ["copy_1", "copy_2"]
-    tight = Engine(engine.loaded, options=EngineOptions(max_head_bytes=1))
+    tight = Engine(engine.loaded, options=EngineOptions(max_prefix_bytes=1))
     for rubric in rubrics:
         tight.decide(rubric, TEXTS[0])
     assert [p.compiled.rubric.name for p in tight.prepared.values()] == ["copy_2"]  # the one in use stays
-    # What the cache did, as the server's metrics read it: three rubrics prepared (each with one head
+    # What the cache did, as the server's metrics read it: three rubrics prepared (each with one prefix
     # prefill and the content-free prior read through the same cache), two evicted, the rest hits.
-    assert (tight.prepared.counts.prepared, tight.prepared.counts.heads_prefilled, tight.prepared.counts.evicted) == (3, 3, 2)
+    assert (tight.prepared.counts.prepared, tight.prepared.counts.prefixes_prefilled, tight.prepared.counts.evicted) == (3, 3, 2)
     assert tight.prepared.counts.hits > 0
     assert rubrics[2] in tight.prepared and rubrics[0] not in tight.prepared
-    assert tight.prepared.head_bytes == next(iter(tight.prepared.values())).head_bytes > 0
+    assert tight.prepared.prefix_bytes == next(iter(tight.prepared.values())).prefix_bytes > 0
 
 
 def test_the_request_that_prepares_a_rubric_counts_the_preparation_in_its_total(engine: Engine):
@@ -154,10 +154,10 @@ def test_the_request_that_prepares_a_rubric_counts_the_preparation_in_its_total(
     rubric = Rubric.model_validate({**RUBRIC.model_dump(), "name": "timed"})
     first, second = fresh.decide(rubric, TEXTS[0]), fresh.decide(rubric, TEXTS[1])
     timings = first.stats.timings_ms
-    preparation = [key for key in timings if key.startswith(("compile", "head_", "prior_"))]
-    assert not first.stats.head_cache_hit and "compile" in preparation and any(k.startswith("head_") for k in preparation)
+    preparation = [key for key in timings if key.startswith(("compile", "prefix_", "prior_"))]
+    assert not first.stats.prefix_cache_hit and "compile" in preparation and any(k.startswith("prefix_") for k in preparation)
     assert timings["total"] >= timings["passes"] + sum(timings[key] for key in preparation)
-    assert second.stats.head_cache_hit and set(second.stats.timings_ms) == {"total", "passes"}
+    assert second.stats.prefix_cache_hit and set(second.stats.timings_ms) == {"total", "passes"}
     assert second.stats.timings_ms["total"] >= second.stats.timings_ms["passes"]
 
 
@@ -184,25 +184,25 @@ def test_pinned_rubrics_stay_and_a_refused_rubric_is_not_kept(engine: Engine):
     assert others[0] not in small.prepared
 
     def too_long(prepared) -> None:
-        if len(prepared.compiled.head_tokens) > 10:
-            raise InputError(f"head of {len(prepared.compiled.head_tokens)} tokens")
+        if len(prepared.compiled.prefix_tokens) > 10:
+            raise InputError(f"prefix of {len(prepared.compiled.prefix_tokens)} tokens")
 
     extra = Rubric.model_validate({**RUBRIC.model_dump(), "name": "extra"})
-    with pytest.raises(InputError, match="head of"):
+    with pytest.raises(InputError, match="prefix of"):
         small.prepared.get(extra, check=too_long)
     assert extra not in small.prepared and small.prepared.counts.prepared == 4
 
 
-def test_first_use_from_two_threads_prefills_the_head_once(engine: Engine):
+def test_first_use_from_two_threads_prefills_the_prefix_once(engine: Engine):
     fresh = Engine(engine.loaded)
     calls = []
-    prefill = fresh.backend.prefill_head
+    prefill = fresh.backend.prefill_prefix
 
     def counting(tokens):
         calls.append(len(tokens))
         return prefill(tokens)
 
-    fresh.backend.prefill_head = counting  # type: ignore[method-assign]
+    fresh.backend.prefill_prefix = counting  # type: ignore[method-assign]
     results: list = [None, None]
     start = threading.Barrier(2)
 
@@ -218,7 +218,7 @@ def test_first_use_from_two_threads_prefills_the_head_once(engine: Engine):
     assert len(calls) == 1
     assert len(fresh.prepared) == 1
     # Exactly one of the two first requests reports what preparing the rubric cost.
-    assert sorted(r.stats.head_cache_hit for r in results) == [False, True]
+    assert sorted(r.stats.prefix_cache_hit for r in results) == [False, True]
     for slot in range(2):
         assert results[slot].value == engine.decide(RUBRIC, TEXTS[slot]).value
 

@@ -30,7 +30,7 @@ def _mass_by_hand(engine: Engine, rubric: Rubric, written: list[str], field: str
         cf = compiled.fields[name]
         lines += cf.answer_lines[cf.values.index(decided.fields[name].value)]
     row = compiled.fields[field]
-    prefix = list(compiled.head_tokens) + compiled.request_tokens(TEXT) + lines + list(row.stem)
+    prefix = list(compiled.prefix_tokens) + compiled.request_tokens(TEXT) + lines + list(row.stem)
     return float(engine.backend.forward_plain(prefix).exp()[list(row.mass_tokens)].sum())
 
 

@@ -4,7 +4,7 @@ Every attention path of the backend (`blockwise`, the CPU's; `sdpa`, CUDA's torc
 Triton kernels) runs here on the CPU on a tiny Qwen2-shaped model: the `sdpa` path is forced on the
 CPU, where torch's attention takes the same padded batch and mask as on CUDA, and the kernels run
 under Triton's interpreter. Each path must give the blockwise path's log-probs, upload the pass's
-integers once (`TransformersBackend._upload`), create no tensor from Python data directly on the
+integers once (`DecoderBackend._upload`), create no tensor from Python data directly on the
 device and index with no Python list (each would be one more blocking copy on CUDA), and read
 nothing back to the host during the pass; the `sdpa` and `fused` paths build no boolean mask on the
 host. A whole request then reads values back once per pass (the readout's one gather).
@@ -93,8 +93,8 @@ def _engine(tiny: LoadedModel, path: str) -> Engine:
 
 def _watched_passes(engine: Engine, monkeypatch) -> tuple[list[torch.Tensor], list[PassWatch], list[int]]:
     """Decide TEXTS, recording each pass's log-probs, what it did on the host, and its uploads."""
-    original_pass = backend_module.TransformersBackend.run_pass_with_features
-    original_upload = backend_module.TransformersBackend._upload
+    original_pass = backend_module.DecoderBackend.run_pass_with_features
+    original_upload = backend_module.DecoderBackend._upload
     logprobs: list[torch.Tensor] = []
     watches: list[PassWatch] = []
     uploads: list[int] = []
@@ -115,8 +115,8 @@ def _watched_passes(engine: Engine, monkeypatch) -> tuple[list[torch.Tensor], li
         logprobs.append(out[0].clone())
         return out
 
-    monkeypatch.setattr(backend_module.TransformersBackend, "run_pass_with_features", run_pass)
-    monkeypatch.setattr(backend_module.TransformersBackend, "_upload", upload)
+    monkeypatch.setattr(backend_module.DecoderBackend, "run_pass_with_features", run_pass)
+    monkeypatch.setattr(backend_module.DecoderBackend, "_upload", upload)
     engine.decide_many(RUBRIC, TEXTS)
     return logprobs, watches, uploads
 
@@ -162,8 +162,8 @@ def test_a_batch_copies_to_the_device_and_reads_back_once_per_pass_on_the_sdpa_p
     reads: list[str] = []
     direct: list[str] = []
     uploads: list[int] = []
-    original_upload = backend_module.TransformersBackend._upload
-    monkeypatch.setattr(backend_module.TransformersBackend, "_upload",
+    original_upload = backend_module.DecoderBackend._upload
+    monkeypatch.setattr(backend_module.DecoderBackend, "_upload",
                         lambda self, sections: uploads.append(1) or original_upload(self, sections))
 
     class Transfers(TorchFunctionMode):

@@ -1,4 +1,4 @@
-"""A rubric's in-context examples on the bundled real model: written into the cached head as earlier
+"""A rubric's in-context examples on the bundled real model: written into the cached prefix as earlier
 turns, in the engine's own answer layout, and part of what heads and caches are keyed on."""
 
 from __future__ import annotations
@@ -27,25 +27,25 @@ SHOWN = Rubric.model_validate({"name": "desk", "fields": FIELDS, "examples": EXA
 TICKET = "My card was billed two times this week"
 
 
-def test_examples_are_written_into_the_head_before_the_input(engine: Engine):
+def test_examples_are_written_into_the_prefix_before_the_input(engine: Engine):
     plain, _ = engine.compile(PLAIN)
     shown, _ = engine.compile(SHOWN)
-    head = engine.tokenizer.decode(shown.head_tokens)
-    assert len(shown.head_tokens) > len(plain.head_tokens)
-    first, second = head.index(EXAMPLES[0]["text"]), head.index(EXAMPLES[1]["text"])
+    prefix = engine.tokenizer.decode(shown.prefix_tokens)
+    assert len(shown.prefix_tokens) > len(plain.prefix_tokens)
+    first, second = prefix.index(EXAMPLES[0]["text"]), prefix.index(EXAMPLES[1]["text"])
     assert first < second
     # Each example answered in the engine's own JSON layout, only the fields it gives, in plan order.
-    assert head.index('"department": "billing"', first) < head.index('"severity": 2', first) < second
-    answer = head[second:]
+    assert prefix.index('"department": "billing"', first) < prefix.index('"severity": 2', first) < second
+    answer = prefix[second:]
     assert '"department": "shipping"' in answer and '"severity"' not in answer
     # The request's own turn comes after the examples: the tail is unchanged.
     assert shown.request_tokens(TICKET)[-len(plain.request_tokens(TICKET)):] == plain.request_tokens(TICKET)
 
 
-def test_a_rubric_with_examples_is_decided_from_its_own_cached_head(engine: Engine):
+def test_a_rubric_with_examples_is_decided_from_its_own_cached_prefix(engine: Engine):
     plain = engine.decide(PLAIN, TICKET)
     shown = engine.decide(SHOWN, TICKET)
-    assert shown.stats.head_tokens > plain.stats.head_tokens
+    assert shown.stats.prefix_tokens > plain.stats.prefix_tokens
     assert shown.stats.forward_passes == plain.stats.forward_passes
     for result in (plain, shown):
         assert result.fields["department"].value in ("billing", "shipping")
@@ -53,7 +53,7 @@ def test_a_rubric_with_examples_is_decided_from_its_own_cached_head(engine: Engi
     # Another prompt: the model's reading of the same input moves.
     assert shown.fields["department"].probabilities != pytest.approx(plain.fields["department"].probabilities, abs=1e-4)
     again = engine.decide(SHOWN, TICKET)
-    assert again.stats.head_cache_hit
+    assert again.stats.prefix_cache_hit
     assert again.fields["department"].probabilities == pytest.approx(shown.fields["department"].probabilities, abs=1e-6)
 
 

@@ -1,6 +1,6 @@
 """Independent questions (`reading: independent`) on the bundled real model: a question's distribution does
 not move with the questions asked beside it, their order or their count; the rows are tokenised exactly as
-the whole conversation would be; new question sets share one head."""
+the whole conversation would be; new question sets share one prefix."""
 
 from __future__ import annotations
 
@@ -80,22 +80,22 @@ def test_rows_are_tokenised_as_the_whole_conversation(tokenizer, qwen_tokenizer)
         request = compiled.request_tokens(TICKET)
         assert template.count("\u2063") == 4  # the question and the opener's markers, nothing else
         for name, field in compiled.fields.items():
-            pieces = list(compiled.head_tokens) + request + list(field.stem)
+            pieces = list(compiled.prefix_tokens) + request + list(field.stem)
             # One tokenisation of the whole text gives the same tokens as the pieces the engine packs.
             assert view.encode(view.decode(pieces)) == pieces, (tok.name_or_path, name)
             assert RUBRIC_QUESTION[name] in view.decode(field.stem)
             assert all(line == () for line in field.answer_lines)  # nothing is written for other questions
 
 
-def test_new_question_sets_share_one_head(engine: Engine):
+def test_new_question_sets_share_one_prefix(engine: Engine):
     first = Rubric(name="one", reading="independent", fields={"a": {"kind": "boolean", "question": "Whether it is about money"}})
     second = Rubric(name="two", reading="independent", fields={"b": {"kind": "boolean", "question": "Whether it is polite"}})
     engine.decide(first, TICKET)
-    prefilled = engine.prepared.counts.heads_prefilled
+    prefilled = engine.prepared.counts.prefixes_prefilled
     decision = engine.decide(second, TICKET)
-    assert engine.prepared.counts.heads_prefilled == prefilled
-    assert decision.stats.head_source == "memory"
-    assert engine.prepared.peek(first).head is engine.prepared.peek(second).head
+    assert engine.prepared.counts.prefixes_prefilled == prefilled
+    assert decision.stats.prefix_source == "memory"
+    assert engine.prepared.peek(first).prefix is engine.prepared.peek(second).prefix
 
 
 def test_a_large_set_is_cut_into_passes_that_each_see_the_input_only(engine: Engine):
@@ -201,7 +201,7 @@ def test_a_stored_prior_is_never_read_for_rows_written_another_way(engine: Engin
     import torch
 
     from decisionflow.compiler import independent
-    from decisionflow.runtime.head_store import HeadStore
+    from decisionflow.runtime.prefix_store import PrefixStore
     from decisionflow.runtime.prepared import PreparedRubric
 
     rubric = questions(["refund", "team"])
@@ -213,12 +213,12 @@ def test_a_stored_prior_is_never_read_for_rows_written_another_way(engine: Engin
 
     inline, inline_identity = identity()
     assert identity()[1] == inline_identity  # stable for the same rows
-    store = HeadStore(tmp_path, fingerprint="model", dtype=torch.float32)
-    store.save_prior(inline.head_tokens, inline_identity, {"refund": (0.7, 0.3)})
-    assert store.load_prior(inline.head_tokens, inline_identity) == {"refund": (0.7, 0.3)}
+    store = PrefixStore(tmp_path, fingerprint="model", dtype=torch.float32)
+    store.save_prior(inline.prefix_tokens, inline_identity, {"refund": (0.7, 0.3)})
+    assert store.load_prior(inline.prefix_tokens, inline_identity) == {"refund": (0.7, 0.3)}
 
     monkeypatch.setattr(independent, "question_layout", lambda view, rubric: independent.TURNS)
     turns, turns_identity = identity()
-    assert turns.head_tokens == inline.head_tokens  # the same head, and the same rubric key ...
+    assert turns.prefix_tokens == inline.prefix_tokens  # the same prefix, and the same rubric key ...
     assert turns_identity["prepared"] == inline_identity["prepared"]
-    assert store.load_prior(turns.head_tokens, turns_identity) is None  # ... but other rows: no stale prior
+    assert store.load_prior(turns.prefix_tokens, turns_identity) is None  # ... but other rows: no stale prior

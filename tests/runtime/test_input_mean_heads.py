@@ -42,12 +42,12 @@ def reference_mean(engine, rubric, text, layers):
     """The input's hidden states at `layers` averaged over its positions, read alone in a pass of its own."""
     compiled, _ = engine.compile(rubric)
     prepared = engine.prepared.get(rubric)
-    engine.prepared.ensure_head(prepared)
+    engine.prepared.ensure_prefix(prepared)
     tokens = compiled.request_tokens(text)
     packed, last = PackedPass(), -1
     for token in tokens:
         last = packed.add(token, parent=last, request=0)
-    features = engine.backend.run_pass_with_features(prepared.head, [RequestContext()], packed, [last], layers,
+    features = engine.backend.run_pass_with_features(prepared.prefix, [RequestContext()], packed, [last], layers,
                                                            list(range(len(tokens)))).features
     return features.mean(dim=0)
 
@@ -240,13 +240,13 @@ def test_every_backend_averages_the_pool_inside_the_pass_as_the_rows_it_would_ha
         from decisionflow.runtime.engine import Engine
         from decisionflow.runtime.passes.model_forward import PlainForwardBackend
 
-        owner = Engine.load(str(build("gpt2", tmp_path / "gpt2", engine.tokenizer)), dtype="float32", persist_heads=False)
+        owner = Engine.load(str(build("gpt2", tmp_path / "gpt2", engine.tokenizer)), dtype="float32", persist_prefixes=False)
         if path == "plain-forward":
             owner = Engine(owner.loaded, backend=PlainForwardBackend(owner.loaded.model))
     assert owner.backend.path == path
     compiled, _ = owner.compile(CHAINED)
     prepared = owner.prepared.get(CHAINED)
-    owner.prepared.ensure_head(prepared)
+    owner.prepared.ensure_prefix(prepared)
     packed, rows, sizes, reads = PackedPass(), [], [], []
     for request, text in enumerate(TEXTS[:2]):
         last = -1
@@ -266,12 +266,12 @@ def test_every_backend_averages_the_pool_inside_the_pass_as_the_rows_it_would_ha
 
     forward.Capture.keep = watched_keep
     try:
-        pooled = owner.backend.run_pass_with_features(prepared.head, [RequestContext(), RequestContext()], packed, reads,
+        pooled = owner.backend.run_pass_with_features(prepared.prefix, [RequestContext(), RequestContext()], packed, reads,
                                                       pool=Pool(layers, rows, sizes))
     finally:
         forward.Capture.keep = original_keep
     assert kept_rows == []  # no input row kept past its layer (the forward backends never build a Capture)
-    per_row = owner.backend.run_pass_with_features(prepared.head, [RequestContext(), RequestContext()], packed, reads,
+    per_row = owner.backend.run_pass_with_features(prepared.prefix, [RequestContext(), RequestContext()], packed, reads,
                                                    layers, rows)
     expected = torch.stack([part.mean(dim=0) for part in torch.split(per_row.features, sizes)])
     assert pooled.features is None and pooled.means is not None and pooled.means.shape == expected.shape

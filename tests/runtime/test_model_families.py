@@ -75,7 +75,7 @@ def invoke(*args: str | Path):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_is_served_exactly_through_its_own_forward(family_folders, family, dtype):
-    engine = Engine.load(str(family_folders[family]), dtype=dtype, persist_heads=False)
+    engine = Engine.load(str(family_folders[family]), dtype=dtype, persist_prefixes=False)
     assert engine.backend.path == "model-forward"
     report = check_model(engine)
     assert report.exact, report.to_dict()
@@ -89,16 +89,16 @@ def test_the_check_compares_distributions_that_a_wrong_mask_would_move(family_fo
     branch without its ancestors (a wrong mask) is off by far more than the tolerance."""
     from decisionflow.runtime.passes.model_forward import PlainForwardBackend
 
-    engine = Engine.load(str(family_folders["gemma2"]), dtype="float32", persist_heads=False)
+    engine = Engine.load(str(family_folders["gemma2"]), dtype="float32", persist_prefixes=False)
     decision = engine.decide(CHECK_RUBRIC, "a note")
     spread = max(max(f.raw_probabilities.values()) - min(f.raw_probabilities.values())
                  for f in decision.fields.values() if f.raw_probabilities)
     assert spread > 0.05
 
     class Forgetful(PlainForwardBackend):
-        def run_pass_with_features(self, head, contexts, packed, read_positions, *args, **kwargs):
+        def run_pass_with_features(self, prefix, contexts, packed, read_positions, *args, **kwargs):
             packed.parents[:] = [-1 if parent >= 0 else parent for parent in packed.parents]
-            return super().run_pass_with_features(head, contexts, packed, read_positions, *args, **kwargs)
+            return super().run_pass_with_features(prefix, contexts, packed, read_positions, *args, **kwargs)
 
     import decisionflow.runtime.model.model_check as model_check
 
@@ -113,7 +113,7 @@ def test_the_check_compares_distributions_that_a_wrong_mask_would_move(family_fo
 
 @pytest.mark.parametrize("family", ["gemma2", "gemma3_text"])
 def test_a_sliding_window_model_refuses_a_request_past_its_window(family_folders, family):
-    engine = Engine.load(str(family_folders[family]), dtype="float32", persist_heads=False)
+    engine = Engine.load(str(family_folders[family]), dtype="float32", persist_prefixes=False)
     assert engine.backend.window == WINDOW
     with pytest.raises(ContextLengthError, match=rf"needs \d+ positions, but the model's sliding-window layers see {WINDOW}"):
         engine.decide(CHECK_RUBRIC, "word " * 600)
@@ -159,7 +159,7 @@ def test_every_command_runs_a_family(family_folders, project, family, dtype, tmp
     summary = json.loads(scored.stdout)
     assert summary["readout"] == "fitted" and summary["n"] == 8
 
-    engine = Engine.load(str(model), dtype=dtype, persist_heads=False)
+    engine = Engine.load(str(model), dtype=dtype, persist_prefixes=False)
     with running_server(engine, RubricRegistry.from_folder(tmp_path)) as port:
         reply = Client(port).post("/v1/rubrics/tagged/decide", {"text": "alpha " * 8 + "note 99: the matter of a bill"})
     assert reply.status == 200, reply.body

@@ -66,7 +66,7 @@ def test_marginalised_branches_read_what_the_model_reads(engine: Engine):
     weights = {label: domain.probabilities[label] / sum(domain.probabilities[t] for t in top) for label in top}
     assert intent.method == "marginalized" and intent.asked_probability == pytest.approx(1.0)
     request = compiled.request_tokens(TEXT)
-    prefix = list(compiled.head_tokens) + request
+    prefix = list(compiled.prefix_tokens) + request
     joint = {(j["parent"], j["label"]): j["probability"] for j in intent.joint}  # every pair: at most 5 here
     mixture: dict[str, float] = {}
     for hypothesis in top:
@@ -94,7 +94,7 @@ fields:
     assert [r.fields for r in plan.rounds] == [("topic",), ("angry",), ("refund",)]
     result = engine.decide(rubric, TEXT, debias="none")
     topic, angry, refund = (result.fields[n] for n in ("topic", "angry", "refund"))
-    prefix = list(compiled.head_tokens) + compiled.request_tokens(TEXT)
+    prefix = list(compiled.prefix_tokens) + compiled.request_tokens(TEXT)
     written_angry = line_of(compiled, "angry", "true" if angry.value else "false")
     weights = {label: p for label, p in topic.probabilities.items()}
     mixture = {"true": 0.0, "false": 0.0}
@@ -115,10 +115,10 @@ def test_options_by_reads_only_the_parents_options(engine: Engine):
     intent = result.fields["intent"]
     assert set(intent.probabilities) == set(rubric.fields["intent"].options_by.options[domain])
     assert sum(intent.probabilities.values()) == pytest.approx(1.0)
-    prefix = list(compiled.head_tokens) + compiled.request_tokens(TEXT) + line_of(compiled, "domain", domain)
+    prefix = list(compiled.prefix_tokens) + compiled.request_tokens(TEXT) + line_of(compiled, "domain", domain)
     by_hand = reading_by_hand(engine, prefix, compiled.row_for("intent", domain))
     assert tuple(intent.probabilities.values()) == pytest.approx(by_hand, rel=2e-3)
-    assert "travel: \"lost_luggage\" | \"book_flight\"" in compiled.parts.head
+    assert "travel: \"lost_luggage\" | \"book_flight\"" in compiled.parts.prefix
 
 
 @decision(instructions="Triage one customer message.")
@@ -135,7 +135,7 @@ def test_a_derived_field_takes_no_pass_and_its_probability_comes_from_its_inputs
     assert plan.derived == ("needs_human",)
     assert all("needs_human" not in r.fields for r in plan.rounds)
     compiled, _ = engine.compile(rubric)
-    assert '"needs_human"' not in compiled.parts.head
+    assert '"needs_human"' not in compiled.parts.prefix
     result = engine.decide(Escalation, TEXT, debias="none")
     severity, legal, needs = (result.fields[n] for n in ("severity", "legal_threat", "needs_human"))
     assert needs.method == "derived" and needs.derived_from == "independent" and needs.candidate_mass is None

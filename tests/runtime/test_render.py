@@ -9,7 +9,7 @@ from decisionflow.spec.kinds import FieldKind
 
 
 def _table_text(fields: dict[str, FieldResult]) -> str:
-    stats = Stats(forward_passes=1, tokens_prefilled=10, input_tokens=5, head_tokens=5, head_cache_hit=True)
+    stats = Stats(forward_passes=1, tokens_prefilled=10, input_tokens=5, prefix_tokens=5, prefix_cache_hit=True)
     console = Console(width=160, record=True, color_system=None)
     console.print(Decision(rubric="r", value=None, fields=fields, stats=stats))
     return console.export_text()

@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent("""
         },
     })
     texts = ["Charged twice, refund me.", "Where is my parcel?"]
-    torch_engine = Engine.load(kernels="torch", persist_heads=False)
+    torch_engine = Engine.load(kernels="torch", persist_prefixes=False)
     triton_engine = Engine(torch_engine.loaded, options=EngineOptions(kernels="triton"))
     out = {}
     for name, engine in (("torch", torch_engine), ("triton", triton_engine)):

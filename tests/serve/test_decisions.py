@@ -111,12 +111,12 @@ def test_every_answer_kind_is_typed_and_is_what_the_engine_decides(engine, decid
     assert frustration.score == pytest.approx(fields["frustration"].expected_value, abs=PASS_ROUNDING)
     assert frustration.confidence == max(p.probability for p in levels)
 
-    usage = decided.usage  # what the model read: the head, the input and every question's row
+    usage = decided.usage  # what the model read: the prefix, the input and every question's row
     stats = decision.stats
-    assert usage.input_tokens == stats.head_tokens + stats.tokens_prefilled == usage.total_tokens
+    assert usage.input_tokens == stats.prefix_tokens + stats.tokens_prefilled == usage.total_tokens
     assert usage.output_tokens == 0 and usage.output_tokens_details.reasoning_tokens == 0
     details = usage.input_tokens_details
-    assert details.cached_tokens + details.cache_write_tokens == stats.head_tokens
+    assert details.cached_tokens + details.cache_write_tokens == stats.prefix_tokens
     assert decided.model_extra["object"] == "decision" and decided.model_extra["id"].startswith("decision_")
 
 
@@ -128,7 +128,7 @@ def test_the_async_client_gets_the_same_answers(port, model, decided):
     again = asyncio.run(ask())
     assert [(a.type, a.name) for a in again.answers] == [(a.type, a.name) for a in decided.answers]
     assert _answers(again) == pytest.approx(_answers(decided), abs=1e-9)
-    # The second request of a question set finds its head cached.
+    # The second request of a question set finds its prefix cached.
     assert again.usage.input_tokens_details.cached_tokens > 0 and again.usage.input_tokens_details.cache_write_tokens == 0
 
 
@@ -192,7 +192,7 @@ def test_systemone_questions_are_read_independently_too(port, engine):
     assert built.rubric.reading is Reading.INDEPENDENT and built.rubric.pin_first is False
     assert list(built.rubric.fields) == sorted(built.rubric.fields)  # fields in id order, as before
     stats = engine.decide(built.rubric, TICKET).stats
-    assert together.body["usage"] == {"input_tokens": stats.head_tokens + stats.tokens_prefilled, "output_tokens": 0}
+    assert together.body["usage"] == {"input_tokens": stats.prefix_tokens + stats.tokens_prefilled, "output_tokens": 0}
     assert stats.tokens_prefilled > stats.input_tokens  # the rows are counted, not only the state
     http.close()
 
@@ -461,7 +461,7 @@ def test_langchain_openai_classifier_sends_messages_and_tool_calls_natively(engi
     assert response.nouls["delivered"].noul == pytest.approx(fields["delivered"].probabilities["true"], abs=PASS_ROUNDING)
     assert response.choices["team"].probabilities == pytest.approx(fields["team"].probabilities, abs=PASS_ROUNDING)
     assert response.scores["tone"].score == pytest.approx(fields["tone"].expected_value, abs=PASS_ROUNDING)
-    assert response.usage["input_tokens"] == decision.stats.head_tokens + decision.stats.tokens_prefilled
+    assert response.usage["input_tokens"] == decision.stats.prefix_tokens + decision.stats.tokens_prefilled
 
 
 def test_the_docs_example_prints_what_the_docs_say(port, capsys):

@@ -189,10 +189,10 @@ def test_a_repeated_schema_pays_no_preparation(client, model):
                                            response_format=Repeated)
     other_system = client.chat.completions.parse(model=model, messages=[{"role": "user", "content": "Where is my parcel?"}],
                                                  response_format=Repeated)
-    assert not first.model_extra["decisionflow"]["stats"]["head_cache_hit"]
-    assert second.model_extra["decisionflow"]["stats"]["head_cache_hit"]
-    assert "head_prefill" not in second.model_extra["decisionflow"]["stats"]["timings_ms"]
-    assert not other_system.model_extra["decisionflow"]["stats"]["head_cache_hit"]
+    assert not first.model_extra["decisionflow"]["stats"]["prefix_cache_hit"]
+    assert second.model_extra["decisionflow"]["stats"]["prefix_cache_hit"]
+    assert "prefix_prefill" not in second.model_extra["decisionflow"]["stats"]["timings_ms"]
+    assert not other_system.model_extra["decisionflow"]["stats"]["prefix_cache_hit"]
 
 
 def test_the_answer_keeps_each_schemas_own_key_order(client, model):

@@ -88,14 +88,14 @@ def test_new_question_sets_beyond_a_clients_budget_get_429_and_prepared_ones_nev
         second.close()
 
 
-def test_a_question_set_over_the_head_limit_is_refused_before_it_is_cached(engine, rubric_folder):
+def test_a_question_set_over_the_prefix_limit_is_refused_before_it_is_cached(engine, rubric_folder):
     fresh = Engine(engine.loaded)
-    with running_app(fresh, rubric_folder, ServeSettings(limits=Limits(max_question_set_head_tokens=60))) as (app, port):
+    with running_app(fresh, rubric_folder, ServeSettings(limits=Limits(max_question_set_prefix_tokens=60))) as (app, port):
         client = Client(port)
         reply = client.post("/v1/systemone", question_set("long"))
         assert reply.status == 400, reply.body
         assert reply.body["error"]["field"] == "questions"
-        assert "tokens before the input; at most 60 (max_question_set_head_tokens)" in reply.body["error"]["message"]
+        assert "tokens before the input; at most 60 (max_question_set_prefix_tokens)" in reply.body["error"]["message"]
         assert len(fresh.prepared) == 0
         assert len(app.state.service.question_sets) == 0
         client.close()
@@ -113,7 +113,7 @@ def test_new_question_sets_arriving_together_reach_the_model_one_preparation_at_
         in_queue, most = [0], [0]
 
         async def watched(group, target, payload, **options):
-            preparing = fresh.prepared.peek(target) is None or fresh.prepared.peek(target).head is None
+            preparing = fresh.prepared.peek(target) is None or fresh.prepared.peek(target).prefix is None
             in_queue[0] += preparing
             most[0] = max(most[0], in_queue[0])
             try:

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.model
 
 STATE = "I was charged twice for my order, please refund one of the charges."
 STOPPED = "decisionflow_stopped_total"
-MODEL_PHASES = ("head", "prior", "pass")
+MODEL_PHASES = ("prefix", "prior", "pass")
 
 
 def new_question_set(state: str = STATE) -> dict:
@@ -50,8 +50,8 @@ def new_question_set(state: str = STATE) -> dict:
 
 def new_schema_request(model: str) -> dict:
     """A `/v1/chat/completions` body whose schema no engine has seen: its rubric is read shared, so preparing
-    it compiles, prefills a head of its own and reads its content-free prior (question sets read
-    independently share one head and read their prior in their own pass: their first model phase is a pass)."""
+    it compiles, prefills a prefix of its own and reads its content-free prior (question sets read
+    independently share one prefix and read their prior in their own pass: their first model phase is a pass)."""
     schema = {"type": "object", "properties": {"refund": {"type": "boolean", "description": f"Refund asked ({uuid.uuid4().hex[:8]})"}},
               "required": ["refund"], "additionalProperties": False}
     return {"model": model, "messages": [{"role": "user", "content": STATE}],
@@ -146,7 +146,7 @@ class Halt(Exception):
 
 
 def test_a_stopped_call_leaves_nothing_half_prepared_and_the_next_call_does_the_rest(engine, rubric_folder):
-    fresh = Engine(engine.loaded)  # no head store: every head is prefilled, every prior read
+    fresh = Engine(engine.loaded)  # no prefix store: every prefix is prefilled, every prior read
     rubric = load_rubric(rubric_folder / "tickets.yaml")
     text = "Where is my parcel? It was due last week."
     asked: list[str] = []
@@ -159,14 +159,14 @@ def test_a_stopped_call_leaves_nothing_half_prepared_and_the_next_call_does_the_
         return checkpoint
 
     with pytest.raises(Halt):
-        fresh.decide_each(rubric, [text], checkpoint=stop_before("head"))
+        fresh.decide_each(rubric, [text], checkpoint=stop_before("prefix"))
     held = fresh.prepared.peek(rubric)
-    assert asked == ["head"] and held.head is None and held.content_free is None
-    assert fresh.prepared.counts.heads_prefilled == 0
+    assert asked == ["prefix"] and held.prefix is None and held.content_free is None
+    assert fresh.prepared.counts.prefixes_prefilled == 0
 
     with pytest.raises(Halt):
         fresh.decide_each(rubric, [text], checkpoint=stop_before("prior"))
-    assert asked[1:] == ["head", "prior"] and held.head is not None and held.content_free is None
+    assert asked[1:] == ["prefix", "prior"] and held.prefix is not None and held.content_free is None
 
     with pytest.raises(Halt):
         fresh.decide_each(rubric, [text], checkpoint=stop_before("pass"))
@@ -174,7 +174,7 @@ def test_a_stopped_call_leaves_nothing_half_prepared_and_the_next_call_does_the_
     assert held.content_free is not None
 
     decision = fresh.decide_each(rubric, [text], checkpoint=stop_before("never"))[0]
-    assert fresh.prepared.counts.heads_prefilled == 1 and held.prior_source == "decided"
+    assert fresh.prepared.counts.prefixes_prefilled == 1 and held.prior_source == "decided"
     alone = Engine(engine.loaded).decide(rubric, text)  # prepared in one go, never stopped
     for name, field in decision.fields.items():
         assert field.probabilities == pytest.approx(alone.fields[name].probabilities, abs=1e-6)
@@ -194,7 +194,7 @@ class CheckingEngine:
     def decide_each(self, target, payloads, calibration=None, checkpoint=None):
         self.started.set()
         self.release.wait(30)
-        checkpoint("head")
+        checkpoint("prefix")
         checkpoint("pass")
         self.ran.append(list(payloads))
         return [(target, p) for p in payloads]
@@ -233,7 +233,7 @@ def test_a_call_stops_only_when_none_of_its_inputs_is_waited_for():
     ran, outcomes, phases = asyncio.run(scenario(leave=(0,)))
     assert ran == [["text 0", "text 1"]] and outcomes[1] == ("rubric", "text 1") and not any(phases.values())
     ran, outcomes, phases = asyncio.run(scenario(leave=(0, 1)))
-    assert ran == [] and phases == {"head": 1, "prior": 0, "pass": 0}
+    assert ran == [] and phases == {"prefix": 1, "prior": 0, "pass": 0}
     assert all(isinstance(outcome, asyncio.CancelledError) for outcome in outcomes)
 
 
@@ -253,7 +253,7 @@ def test_a_preparation_goes_on_while_another_request_waits_for_its_rubric():
         await batcher.stop()
         return stops(metrics)
 
-    assert asyncio.run(scenario()) == {"head": 0, "prior": 0, "pass": 1}
+    assert asyncio.run(scenario()) == {"prefix": 0, "prior": 0, "pass": 1}
 
 
 def test_a_cancellation_stops_the_step_that_would_begin():
@@ -303,8 +303,8 @@ def test_a_timed_out_preparation_stops_on_the_model_thread_and_a_prepared_reques
     with running_app(fresh, rubric_folder, ServeSettings(limits=Limits(request_timeout_s=5))) as (app, port):
         batcher = app.state.service.batcher
         probe = Client(port)
-        assert probe.post("/v1/systemone", known).status == 200  # prepared: head and prior
-        prefilled = fresh.prepared.counts.heads_prefilled
+        assert probe.post("/v1/systemone", known).status == 200  # prepared: prefix and prior
+        prefilled = fresh.prepared.counts.prefixes_prefilled
         slow = new_schema_request(app.state.service.model_name)
         gate = hold_model_thread(app)
         thread, late = in_thread(lambda: Client(port).post("/v1/chat/completions", slow))
@@ -319,8 +319,8 @@ def test_a_timed_out_preparation_stops_on_the_model_thread_and_a_prepared_reques
         question_set = build_question_set(parse_request(known, Limits()).questions)
         answers_match(prepared["reply"].body["answers"], fresh.decide(question_set.rubric, STATE), question_set)
         # The stop was counted before the prepared request's call began (the model thread runs one call at a time).
-        assert stopped(port, "head", "prior") == 1 and stopped(port, "pass") == 0
-        assert fresh.prepared.counts.heads_prefilled == prefilled
+        assert stopped(port, "prefix", "prior") == 1 and stopped(port, "pass") == 0
+        assert fresh.prepared.counts.prefixes_prefilled == prefilled
         assert scraped(port, "decisionflow_cancelled_total") == 1
         assert scraped(port, 'decisionflow_rejected_total{reason="timeout"}') == 1
         probe.close()
@@ -333,7 +333,7 @@ def test_a_client_that_leaves_mid_preparation_frees_the_model_thread(engine, rub
         probe = Client(port)
         text = "where is my parcel"
         alone = probe.post("/v1/rubrics/tickets/decide", {"text": text}).body
-        prefilled = fresh.prepared.counts.heads_prefilled
+        prefilled = fresh.prepared.counts.prefixes_prefilled
         slow = new_schema_request(app.state.service.model_name)
         gate = hold_model_thread(app)
         leaver = post_and_stay(port, "/v1/chat/completions", slow)
@@ -348,8 +348,8 @@ def test_a_client_that_leaves_mid_preparation_frees_the_model_thread(engine, rub
         reply = stayer["reply"]
         assert reply.status == 200 and reply.body["value"] == alone["value"]
         assert reply.body["fields"]["team"]["probabilities"] == pytest.approx(alone["fields"]["team"]["probabilities"], abs=1e-5)
-        assert stopped(port, "head", "prior") == 1
-        assert fresh.prepared.counts.heads_prefilled == prefilled
+        assert stopped(port, "prefix", "prior") == 1
+        assert fresh.prepared.counts.prefixes_prefilled == prefilled
         assert scraped(port, "decisionflow_cancelled_total") == 1
         assert Client(port).get("/healthz").body["model_busy_s"] == 0
         probe.close()
@@ -377,7 +377,7 @@ def test_a_preparation_another_request_waits_for_is_finished_for_it(engine, rubr
         reply = stayer["reply"]
         assert reply.status == 200, reply.body
         # The first call prepared the set for the second request, and only its own pass was stopped.
-        assert stopped(port, "head", "prior") == 0 and stopped(port, "pass") == 1
+        assert stopped(port, "prefix", "prior") == 0 and stopped(port, "pass") == 1
         assert fresh.prepared.peek(rubric).content_free is not None
         question_set = build_question_set(parse_request(second, Limits()).questions)
         answers_match(reply.body["answers"], fresh.decide(rubric, second["state"]), question_set)

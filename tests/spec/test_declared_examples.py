@@ -131,7 +131,7 @@ def test_an_example_of_the_wrong_shape_is_named_with_its_index(examples, expecte
 
 
 def test_a_rubric_without_examples_keys_as_before_examples_existed():
-    # Heads, calibrations and head caches are keyed on `Rubric.key`: adding the setting must not
+    # Heads, calibrations and prefix caches are keyed on `Rubric.key`: adding the setting must not
     # invalidate what was fitted or cached for rubrics that do not use it.
     plain = loads_rubric(RUBRIC.split("examples:")[0])
     assert "examples" not in plain.key

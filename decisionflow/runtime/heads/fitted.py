@@ -190,13 +190,13 @@ class HeadsMetadata(BaseModel):
     rubric: str
     rubric_fingerprint: str
     model: str
-    """The fitted model's content fingerprint (`head_store.model_fingerprint`)."""
+    """The fitted model's content fingerprint (`prefix_store.model_fingerprint`)."""
     model_name: str = ""
     prompt: str
-    """A digest of the rubric's head tokens: the prompt (template, catalog) the features were read under."""
+    """A digest of the rubric's prefix tokens: the prompt (template, catalog) the features were read under."""
     dtype: str = ""
     weights: str = ""
-    """The fitted model's fingerprint whatever its number format (`head_store.weights_fingerprint`): heads
+    """The fitted model's fingerprint whatever its number format (`prefix_store.weights_fingerprint`): heads
     fitted in one of `INTERCHANGEABLE_DTYPES` apply in the other to the same weights. Files written before
     it was recorded apply in their own format only."""
     library: str = ""
@@ -289,8 +289,8 @@ def rubric_fingerprint(rubric: Rubric) -> str:
     return hashlib.sha256(rubric.key.encode()).hexdigest()[:32]
 
 
-def prompt_fingerprint(head_tokens: Sequence[int]) -> str:
-    return hashlib.sha256(json.dumps(list(head_tokens)).encode()).hexdigest()[:32]
+def prompt_fingerprint(prefix_tokens: Sequence[int]) -> str:
+    return hashlib.sha256(json.dumps(list(prefix_tokens)).encode()).hexdigest()[:32]
 
 
 class Heads:

@@ -544,10 +544,10 @@ def _load_gguf(path: Path, torch_dtype: Any, status: Status, loader: str) -> tup
                 damage = " ".join(str(error).split())[:200]
         import warnings
 
-        from ..head_store import HeadCacheWarning
+        from ..prefix_store import PrefixCacheWarning
 
         warnings.warn(f"the converted copy in {target} is damaged ({damage}); converting {path.name} again",
-                      HeadCacheWarning, stacklevel=3)
+                      PrefixCacheWarning, stacklevel=3)
         shutil.rmtree(target, ignore_errors=True)
     status(f"converting {path.name} from GGUF (dequantising; once per file, about 20 s)")
     import torch

@@ -102,7 +102,7 @@ def check_model(engine: Engine, reference: LoadedModel | None = None, *, texts: 
     plain = Engine(loaded, options=options, backend=PlainForwardBackend(loaded.model))
     dtype = str(engine.backend.dtype).removeprefix("torch.")
     limit = tolerance if tolerance is not None else TOLERANCE.get(dtype, 0.1)
-    packed.decide(CHECK_RUBRIC, texts[0])  # the head's prefill and the first-call costs, out of the timing
+    packed.decide(CHECK_RUBRIC, texts[0])  # the prefix's prefill and the first-call costs, out of the timing
     began = time.perf_counter()
     fast = packed.decide_many(CHECK_RUBRIC, list(texts))
     packed_ms = (time.perf_counter() - began) * 1000

@@ -1,4 +1,4 @@
-"""The passes: one packed forward over a shared head, and the backends that run it.
+"""The passes: one packed forward over a shared prefix, and the backends that run it.
 
 `backend` lays out a packed pass and runs it on the engine's own decoder walk (`forward`, `decoder`,
 `ops`, `branch_attention`); `model_forward` runs the same pass through a model's own forward (the

@@ -1,9 +1,9 @@
 """The model backend: packed passes of many short branches over one shared, never-copied prefix.
 
 A pass packs many short branches (a request's new text, each field's row) into one sequence after
-the rubric's cached head. Each token sees the whole head, its own request's context and its own
+the rubric's cached prefix. Each token sees the whole prefix, its own request's context and its own
 ancestors among the packed tokens (a tree described by parent pointers); its position id continues
-from where its parent ends. The head's keys and values are computed once and read by every pass
+from where its parent ends. The prefix's keys and values are computed once and read by every pass
 through branch attention; logits are projected only at the requested read positions.
 
 One pass runs as three named phases: `lay_out` (positions, and per request its block of tokens with
@@ -40,7 +40,7 @@ from .ops import TritonOps, choose_ops
 
 @dataclass
 class RequestContext:
-    """Tokens a request has added after the head so far (its input, then written answers)."""
+    """Tokens a request has added after the prefix so far (its input, then written answers)."""
 
     kv: KV | None = None
     length: int = 0
@@ -56,11 +56,11 @@ class RequestContext:
 
 
 @dataclass(frozen=True)
-class HeadCache:
+class PrefixCache:
     kv: KV
     length: int
     tokens: tuple[int, ...] = ()
-    """The head's token ids (the plain-forward reference re-reads them; a head loaded from disk has them too)."""
+    """The prefix's token ids (the plain-forward reference re-reads them; a prefix loaded from disk has them too)."""
 
 
 class PassOutput(NamedTuple):
@@ -156,14 +156,14 @@ class RequestBlock:
 class PassLayout:
     positions: list[int]
     blocks: list[RequestBlock]
-    """Per request present in the pass; a token sees only its own request's keys (and the head)."""
+    """Per request present in the pass; a token sees only its own request's keys (and the prefix)."""
 
 
 DECODER_PATH = "decoder"
 """The engine's own walk over the layers (this module): exact for the Llama, Mistral, Qwen2 and Qwen3 families."""
 
 
-class TransformersBackend:
+class DecoderBackend:
     """Runs packed passes on a transformers causal LM (Llama, Qwen2, Qwen3 families) or the engine's own
     decoder, walking the layers itself (`forward.run_layers`).
 
@@ -186,11 +186,11 @@ class TransformersBackend:
         self.kernels = "triton" if isinstance(self.ops, TritonOps) else "torch+" + attention_path(self.device)
 
     @torch.inference_mode()
-    def prefill_head(self, tokens: list[int]) -> HeadCache:
+    def prefill_prefix(self, tokens: list[int]) -> PrefixCache:
         ids = torch.tensor(tokens, device=self.device)
         positions = torch.arange(len(tokens), device=self.device)
         _, kv = run_layers(self.parts, ids, positions, lambda _layer, q, k, v, scale: causal_attend(q, k, v, scale), self.ops)
-        return HeadCache(kv=kv, length=len(tokens), tokens=tuple(tokens))
+        return PrefixCache(kv=kv, length=len(tokens), tokens=tuple(tokens))
 
     @torch.inference_mode()
     def forward_plain(self, tokens: list[int]) -> torch.Tensor:
@@ -203,7 +203,7 @@ class TransformersBackend:
     @torch.inference_mode()
     def run_pass(
         self,
-        head: HeadCache,
+        prefix: PrefixCache,
         contexts: list[RequestContext],
         packed: PackedPass,
         read_positions: list[int],
@@ -212,12 +212,12 @@ class TransformersBackend:
 
         Returns log-probs over the vocabulary at `read_positions`: [len(read_positions), vocab].
         """
-        return self.run_pass_with_features(head, contexts, packed, read_positions).logprobs
+        return self.run_pass_with_features(prefix, contexts, packed, read_positions).logprobs
 
     @torch.inference_mode()
     def run_pass_with_features(
         self,
-        head: HeadCache,
+        prefix: PrefixCache,
         contexts: list[RequestContext],
         packed: PackedPass,
         read_positions: list[int],
@@ -233,7 +233,7 @@ class TransformersBackend:
         index travels in the pass's one upload. `pool`: rows averaged per group inside the pass
         (`PassOutput.means`)."""
         path = self.attention
-        layout = self.lay_out(head, contexts, packed, visibility=path == "blockwise")
+        layout = self.lay_out(prefix, contexts, packed, visibility=path == "blockwise")
         # Everything the pass needs on the device goes in one host tensor: one copy, made up front.
         sections: dict[str, list[int] | torch.Tensor] = {
             "ids": packed.tokens, "positions": layout.positions, "reads": list(read_positions),
@@ -247,14 +247,14 @@ class TransformersBackend:
         if path == "fused":
             sections["spans"] = self._fused_spans(contexts, packed)
         elif path == "sdpa":
-            padding = self._padded_sections(head, contexts, layout, sections)
+            padding = self._padded_sections(prefix, contexts, layout, sections)
         on_device = self._upload(sections)
         if path == "fused":
-            attend = self._fused_attention(head, contexts, on_device)
+            attend = self._fused_attention(prefix, contexts, on_device)
         elif path == "sdpa":
-            attend = self._padded_attention(head, contexts, padding, on_device)
+            attend = self._padded_attention(prefix, contexts, padding, on_device)
         else:
-            attend = self._blockwise_attention(head, contexts, layout)
+            attend = self._blockwise_attention(prefix, contexts, layout)
         capture = None
         pooled = pool._replace(rows=on_device["pool_rows"], sizes=on_device["pool_sizes"]) if pool is not None else None
         if len(on_device["features"]) or pooled is not None:
@@ -307,7 +307,7 @@ class TransformersBackend:
 
     @staticmethod
     def _padded_sections(
-        head: HeadCache, contexts: list[RequestContext], layout: PassLayout, sections: dict[str, list[int] | torch.Tensor]
+        prefix: PrefixCache, contexts: list[RequestContext], layout: PassLayout, sections: dict[str, list[int] | torch.Tensor]
     ) -> tuple[int, int, int, int]:
         """The padded batch of the `sdpa` path, as sections of the upload: per request (batch row b) its
         tokens padded to `width` query rows, its keys [prefix, its context padded to `context_width`,
@@ -319,7 +319,7 @@ class TransformersBackend:
         width = max(block.stop - block.start for block in blocks)
         context_width = max(contexts[block.request].length for block in blocks)
         # Keys padded to a multiple of 16, so the additive mask is aligned and needs no copy per layer.
-        local_width = width + (-(head.length + context_width + width)) % 16
+        local_width = width + (-(prefix.length + context_width + width)) % 16
         begins = [0]
         for context in contexts:
             begins.append(begins[-1] + context.length)
@@ -345,8 +345,8 @@ class TransformersBackend:
                         spans=padded.view(len(blocks) * width, slots, 2))
         return len(blocks), width, context_width, local_width
 
-    def _blockwise_attention(self, head: HeadCache, contexts: list[RequestContext], layout: PassLayout) -> Attend:
-        """Torch attention, request by request, each block merged with the shared head by log-sum-exp."""
+    def _blockwise_attention(self, prefix: PrefixCache, contexts: list[RequestContext], layout: PassLayout) -> Attend:
+        """Torch attention, request by request, each block merged with the shared prefix by log-sum-exp."""
         groups = self.parts.heads // self.parts.kv_heads
         masks = [local_attention(block.visible.to(self.device), groups, self.dtype)  # type: ignore[union-attr]
                  for block in layout.blocks]
@@ -354,7 +354,7 @@ class TransformersBackend:
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
             # Request by request: a token never attends to another request's keys, so the local part
             # costs the sum of each request's size squared, not the whole pass's size squared.
-            prefix_key, prefix_value = head.kv[layer]
+            prefix_key, prefix_value = prefix.kv[layer]
             if len(layout.blocks) == 1 and contexts[layout.blocks[0].request].kv is None:
                 return branch_attention(q, k, v, masks[0], prefix_key, prefix_value, scale)
             out = torch.empty_like(q)
@@ -373,7 +373,7 @@ class TransformersBackend:
         return attend
 
     def _padded_attention(
-        self, head: HeadCache, contexts: list[RequestContext], padding: tuple[int, int, int, int],
+        self, prefix: PrefixCache, contexts: list[RequestContext], padding: tuple[int, int, int, int],
         on_device: dict[str, torch.Tensor],
     ) -> Attend:
         """Torch's `scaled_dot_product_attention` over every request of the pass as one padded batch
@@ -383,7 +383,7 @@ class TransformersBackend:
         count, width, context_width, local_width = padding
         groups = self.parts.heads // self.parts.kv_heads
         local = visibility_from_spans(on_device["spans"], context_width + local_width).view(count, width, -1)
-        visible = torch.cat([local.new_ones(count, width, head.length), local], dim=-1)
+        visible = torch.cat([local.new_ones(count, width, prefix.length), local], dim=-1)
         mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
         # The folded query axis repeats each request's rows once per query head of a group.
@@ -397,16 +397,16 @@ class TransformersBackend:
                 context = (torch.cat([kv[layer][0] for kv in with_context], dim=-2),
                            torch.cat([kv[layer][1] for kv in with_context], dim=-2))
             return padded_branch_attention(
-                q, k, v, head.kv[layer], context, mask, scale, rows=rows, keys=keys, unpad=unpad,
+                q, k, v, prefix.kv[layer], context, mask, scale, rows=rows, keys=keys, unpad=unpad,
                 context_rows=context_rows if context is not None else None,
                 shape=(count, width, context_width, local_width),
             )
 
         return attend
 
-    def _fused_attention(self, head: HeadCache, contexts: list[RequestContext], on_device: dict[str, torch.Tensor]) -> Attend:
+    def _fused_attention(self, prefix: PrefixCache, contexts: list[RequestContext], on_device: dict[str, torch.Tensor]) -> Attend:
         """The Triton tree kernel over every request's context and the pass's tokens, described by key
-        spans (no mask is built); the head is read once per key block for all queries of a KV head."""
+        spans (no mask is built); the prefix is read once per key block for all queries of a KV head."""
         from decisionflow_kernels.tree_attention import tree_attention
 
         spans = on_device["spans"].to(torch.int32)
@@ -416,20 +416,20 @@ class TransformersBackend:
             if with_context:
                 k = torch.cat([kv[layer][0] for kv in with_context] + [k], dim=-2)
                 v = torch.cat([kv[layer][1] for kv in with_context] + [v], dim=-2)
-            prefix_key, prefix_value = head.kv[layer]
+            prefix_key, prefix_value = prefix.kv[layer]
             return tree_attention(q, k.contiguous(), v.contiguous(), prefix_key, prefix_value, spans, scale)
 
         return attend
 
     @staticmethod
-    def lay_out(head: HeadCache, contexts: list[RequestContext], packed: PackedPass, *, visibility: bool = True) -> PassLayout:
+    def lay_out(prefix: PrefixCache, contexts: list[RequestContext], packed: PackedPass, *, visibility: bool = True) -> PassLayout:
         """Position ids, and per request its block of tokens with their visibility (roots hang off the
         request's context; every other token off its parent). `visibility=False` skips the boolean
         masks, which only the blockwise path reads."""
         depths = tree_depths(packed.parents)
         bases: list[int] = []
         for index, parent in enumerate(packed.parents):
-            bases.append(bases[parent] if parent >= 0 else head.length + packed.context_seen(index, contexts))
+            bases.append(bases[parent] if parent >= 0 else prefix.length + packed.context_seen(index, contexts))
         positions = [base + depth for base, depth in zip(bases, depths)]
         blocks: list[RequestBlock] = []
         start = 0

@@ -1,6 +1,6 @@
 """Branch attention: many short packed branches attend to one shared prefix that is never copied.
 
-Every query of a packed pass sees the whole shared prefix (the rubric's head) and, through a tree
+Every query of a packed pass sees the whole shared prefix (the rubric's cached prompt) and, through a tree
 mask, only its own request's context and ancestors among the packed tokens. Attention over a union
 of key sets splits exactly into one attention per set, merged by their log-sum-exps:
 
@@ -8,7 +8,7 @@ of key sets splits exactly into one attention per set, merged by their log-sum-e
 
 so the prefix part runs unmasked (and, with grouped-query attention, with the query heads of one
 key/value head folded into the query axis instead of repeating the keys), and only the short local
-part needs the mask. The prefix keys and values stay where the head's prefill left them.
+part needs the mask. The prefix keys and values stay where its prefill left them.
 
 A long local part whose tokens see few of its keys (independent questions: a thousand row tokens, each
 seeing the input and its own row) is attended in query chunks, each against the keys some query of it
@@ -173,7 +173,7 @@ def padded_branch_attention(
 ) -> torch.Tensor:
     """Branch attention of a whole pass as one padded batch of `scaled_dot_product_attention`.
 
-    query [1, Hq, N, D] and key/value [1, Hkv, N, D]: the pass's tokens; prefix: the head's keys and
+    query [1, Hq, N, D] and key/value [1, Hkv, N, D]: the pass's tokens; prefix: the cached prefix's keys and
     values [1, Hkv, P, D], seen by every query; context: every request's context keys and values side
     by side [1, Hkv, C, D] (None when no request has one). `shape` is (R, W, CW, LW): R requests, each
     padded to W queries, CW context keys and LW local keys. `rows` [R * W] and `keys` [R * LW] pick

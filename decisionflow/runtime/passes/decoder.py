@@ -7,7 +7,7 @@ engine's forward pass (`forward.run_layers`) only calls a handful of modules: th
 layer four projections, two RMS norms and a SwiGLU MLP, the rotary table, the final norm and the
 LM head. `DecoderModel` is exactly those modules, under the same attribute and weight names as
 transformers' Llama/Qwen2/Qwen3/Mistral classes, with the same arithmetic, so everything that reads
-a transformers model (the engine, the Triton ops, the head store's fingerprint) reads this one too.
+a transformers model (the engine, the Triton ops, the prefix store's fingerprint) reads this one too.
 The weights are memory-mapped from the safetensors files and assigned, not copied, when the file's
 dtype is the one asked for.
 

@@ -187,7 +187,7 @@ def logprobs_at(
 
 
 def causal_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """Plain causal attention of a sequence over itself (the head's prefill)."""
+    """Plain causal attention of a sequence over itself (the prefix's prefill)."""
     groups = q.shape[1] // k.shape[1]
     if groups > 1:
         k = k.repeat_interleave(groups, dim=1)

@@ -1,12 +1,12 @@
 """Packed passes through the model's own `forward`: every decoder-only model transformers loads.
 
-The engine's decoder path (`backend.TransformersBackend`) walks the layers itself and is exact only for
+The engine's decoder path (`backend.DecoderBackend`) walks the layers itself and is exact only for
 the families it reproduces (Llama, Mistral, Qwen2, Qwen3). Every other decoder — soft-capped logits and
 scaled embeddings (Gemma), parallel blocks (GPT-NeoX, Cohere), learned positions, expert routing
 (Mixtral, Qwen-MoE), per-layer norms (OLMo 2, Granite) — runs here through its own modules, so whatever
-the family does comes from its own code. A pass is the same packed sequence: the head's keys and values
+the family does comes from its own code. A pass is the same packed sequence: the prefix's keys and values
 and the contexts of the pass's requests are laid in a fresh cache, the pass's tokens follow with explicit
-position ids, and a 4-D additive mask says what each token sees (the head, the part of its request's
+position ids, and a 4-D additive mask says what each token sees (the prefix, the part of its request's
 context its root sees, its ancestors in the tree); logits are projected only at the read positions.
 
 Two backends share this: `ModelForwardBackend`, the generic path, and `PlainForwardBackend`, the
@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import torch
 
 from ...errors import ContextLengthError, ModelError
-from .backend import HeadCache, PackedPass, PassOutput, RequestContext, TransformersBackend, tree_visibility
+from .backend import DecoderBackend, PackedPass, PassOutput, PrefixCache, RequestContext, tree_visibility
 from .forward import KV, Pool, average_groups
 
 PATH = "model-forward"
@@ -104,8 +104,8 @@ class _ForwardBase:
                 f"decisionflow reads such a model exactly only while every sequence fits its window (shorten the "
                 "input or the rubric, or use a model whose layers all see the whole context)")
 
-    def run_pass(self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int]) -> torch.Tensor:
-        return self.run_pass_with_features(head, contexts, packed, read_positions).logprobs  # type: ignore[attr-defined]
+    def run_pass(self, prefix: PrefixCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int]) -> torch.Tensor:
+        return self.run_pass_with_features(prefix, contexts, packed, read_positions).logprobs  # type: ignore[attr-defined]
 
     @torch.inference_mode()
     def forward_plain(self, tokens: list[int]) -> torch.Tensor:
@@ -133,33 +133,33 @@ class ModelForwardBackend(_ForwardBase):
     """The generic path: one packed pass is one call of the model's own forward (see the module)."""
 
     @torch.inference_mode()
-    def prefill_head(self, tokens: list[int]) -> HeadCache:
+    def prefill_prefix(self, tokens: list[int]) -> PrefixCache:
         self.check_window(len(tokens))
         from transformers import DynamicCache
 
         cache = DynamicCache()  # full layers: a sliding one would drop keys the 4-D masks still name
         self.model(input_ids=torch.tensor([tokens], device=self.device), **{self._cache_keyword: cache}, use_cache=True,
                    **({"logits_to_keep": 1} if self._keeps_logits else {}))
-        return HeadCache(kv=_cache_kv(cache, self.layer_count), length=len(tokens), tokens=tuple(tokens))
+        return PrefixCache(kv=_cache_kv(cache, self.layer_count), length=len(tokens), tokens=tuple(tokens))
 
     @torch.inference_mode()
     def run_pass_with_features(
-        self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int],
+        self, prefix: PrefixCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int],
         feature_layers: Sequence[int] = (), feature_positions: Sequence[int] = (),
         gather: tuple[Sequence[int], Sequence[int]] | None = None, pool: Pool | None = None,
     ) -> PassOutput:
         from transformers import DynamicCache
 
-        layout = TransformersBackend.lay_out(head, contexts, packed, visibility=False)
-        self.check_window(max(layout.positions) + 1 if layout.positions else head.length)
+        layout = DecoderBackend.lay_out(prefix, contexts, packed, visibility=False)
+        self.check_window(max(layout.positions) + 1 if layout.positions else prefix.length)
         present = sorted({block.request for block in layout.blocks})
-        starts, width = {}, head.length
+        starts, width = {}, prefix.length
         for request in present:
             starts[request] = width
             width += contexts[request].length
         n = len(packed)
         visible = torch.zeros(n, width + n, dtype=torch.bool)
-        visible[:, : head.length] = True
+        visible[:, : prefix.length] = True
         for block in layout.blocks:
             length = contexts[block.request].length
             local = tree_visibility(block.parents, block.roots_see, length)
@@ -171,8 +171,8 @@ class ModelForwardBackend(_ForwardBase):
         mask.masked_fill_(~visible[None, None], torch.finfo(self.dtype).min)
         cache = DynamicCache()
         for layer in range(self.layer_count):
-            keys = [head.kv[layer][0], *(contexts[r].kv[layer][0] for r in present if contexts[r].kv is not None)]
-            values = [head.kv[layer][1], *(contexts[r].kv[layer][1] for r in present if contexts[r].kv is not None)]
+            keys = [prefix.kv[layer][0], *(contexts[r].kv[layer][0] for r in present if contexts[r].kv is not None)]
+            values = [prefix.kv[layer][1], *(contexts[r].kv[layer][1] for r in present if contexts[r].kv is not None)]
             cache.update(torch.cat(keys, dim=-2), torch.cat(values, dim=-2), layer)
         reads = torch.tensor(list(read_positions), dtype=torch.long, device=self.device)
         wants_features = bool(feature_layers) and bool(feature_positions)
@@ -201,17 +201,17 @@ class ModelForwardBackend(_ForwardBase):
 
 class PlainForwardBackend(_ForwardBase):
     """The reference: every read position is one plain forward of the model over its whole sequence (the
-    head, the part of its request's context it sees, its ancestors): no packing, no cache, the model's own
+    prefix, the part of its request's context it sees, its ancestors): no packing, no cache, the model's own
     causal mask. Slow by design; `check-model` compares a packed path with it."""
 
     path = REFERENCE_PATH
 
-    def prefill_head(self, tokens: list[int]) -> HeadCache:
-        return HeadCache(kv=[], length=len(tokens), tokens=tuple(tokens))
+    def prefill_prefix(self, tokens: list[int]) -> PrefixCache:
+        return PrefixCache(kv=[], length=len(tokens), tokens=tuple(tokens))
 
     @torch.inference_mode()
     def run_pass_with_features(
-        self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int],
+        self, prefix: PrefixCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int],
         feature_layers: Sequence[int] = (), feature_positions: Sequence[int] = (),
         gather: tuple[Sequence[int], Sequence[int]] | None = None, pool: Pool | None = None,
     ) -> PassOutput:
@@ -221,7 +221,7 @@ class PlainForwardBackend(_ForwardBase):
                 chain.append(index)
                 root, index = index, packed.parents[index]
             seen = packed.context_seen(root, contexts)
-            return [*head.tokens, *contexts[packed.requests[root]].tokens[:seen], *(packed.tokens[i] for i in reversed(chain))]
+            return [*prefix.tokens, *contexts[packed.requests[root]].tokens[:seen], *(packed.tokens[i] for i in reversed(chain))]
 
         rows, features, pooled = [], [], []
         wanted = list(feature_positions) if feature_layers else []
@@ -262,7 +262,7 @@ def _keep(contexts: list[RequestContext], new_kv: KV, kept: torch.Tensor, counts
           kept_indexes: list[int]) -> None:
     """Each request's kept tokens join its context: their keys and values (as the decoder path keeps them),
     and their ids."""
-    TransformersBackend.keep_tokens(contexts, new_kv, kept, counts)
+    DecoderBackend.keep_tokens(contexts, new_kv, kept, counts)
     start = 0
     for context, count in zip(contexts, counts):
         context.tokens.extend(packed.tokens[i] for i in kept_indexes[start : start + count])

@@ -1,6 +1,6 @@
 """What the engine asks of a backend: the one interface every pass runner offers.
 
-Three classes run passes: `backend.TransformersBackend` (the engine's own walk over the layers),
+Three classes run passes: `backend.DecoderBackend` (the engine's own walk over the layers),
 `model_forward.ModelForwardBackend` (a model's own forward, the generic path) and
 `model_forward.PlainForwardBackend` (the reference `check-model` compares with). The engine, the executor,
 the prepared-rubric cache and the engine's users (fitting, the baselines, the bench, the server) hold any
@@ -15,14 +15,14 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
-from .backend import HeadCache, PackedPass, PassOutput, RequestContext
+from .backend import PackedPass, PassOutput, PrefixCache, RequestContext
 from .forward import Pool
 
 
 class Backend(Protocol):
     path: str
     """Which path runs the passes (`backend.DECODER_PATH`, `model_forward.PATH` or `REFERENCE_PATH`):
-    what `Stats.path` reports, and part of the head store's fingerprint."""
+    what `Stats.path` reports, and part of the prefix store's fingerprint."""
     model: Any
     """The model the passes read (a transformers model or the engine's own decoder); only read, never changed."""
     config: Any
@@ -37,8 +37,8 @@ class Backend(Protocol):
     attention: str
     """The attention path passes take (`fused`, `sdpa`, `blockwise`, or the forward path's name)."""
 
-    def prefill_head(self, tokens: list[int]) -> HeadCache:
-        """The head's keys and values, computed once and read by every later pass."""
+    def prefill_prefix(self, tokens: list[int]) -> PrefixCache:
+        """The prefix's keys and values, computed once and read by every later pass."""
         ...
 
     def forward_plain(self, tokens: list[int]) -> torch.Tensor:
@@ -46,14 +46,14 @@ class Backend(Protocol):
         ...
 
     def run_pass(
-        self, head: HeadCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int],
+        self, prefix: PrefixCache, contexts: list[RequestContext], packed: PackedPass, read_positions: list[int],
     ) -> torch.Tensor:
         """One packed pass: log-probs at `read_positions`, each request's context extended with its kept tokens."""
         ...
 
     def run_pass_with_features(
         self,
-        head: HeadCache,
+        prefix: PrefixCache,
         contexts: list[RequestContext],
         packed: PackedPass,
         read_positions: list[int],

@@ -28,7 +28,7 @@ CONTENT_FREE_BY_READING = {Reading.SHARED: CONTENT_FREE_INPUTS, Reading.INDEPEND
 """The content-free inputs a rubric's prior is the mean reading of, per reading. Independent questions read
 theirs beside the request, one row per question per input, so each input costs as much as the request's own
 rows: one input there, measured to lose no accuracy against the shared reading on any development set
-(docs/engine.md, "Independent questions"), where the three cost the shared reading's head nothing extra."""
+(docs/engine.md, "Independent questions"), where the three cost the shared reading's prefix nothing extra."""
 DEFAULT_BY_READING = {Reading.SHARED: Debias.CONTENT_FREE_HALF, Reading.INDEPENDENT: Debias.CONTENT_FREE}
 """The correction a field gets where neither it, its rubric, the call nor the engine names one: the one that lost
 accuracy on no development set against the shared reading's default, per reading (docs/evaluation.md; for
