@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from . import bench, fit, models, quality, rubrics, run, serve
+from . import bench, fit, models, playground, quality, rubrics, run, serve
 from .common import Settings
 
 app = typer.Typer(
@@ -56,6 +56,7 @@ app.command("calibrate")(quality.calibrate_command)
 app.command("fit")(fit.fit_command)
 app.command("bench")(bench.bench_command)
 app.command("serve")(serve.serve_command)
+app.command("playground")(playground.playground_command)
 app.command("check-model")(models.check_model_command)
 
 

@@ -48,6 +48,10 @@
     return (100 * p).toFixed(1) + "%";
   }
 
+  function counted(number, what) {
+    return number + " " + what + (number === 1 ? "" : what.endsWith("s") ? "es" : "s");
+  }
+
   function shown(value) {
     if (value === null || value === undefined) return "none";
     if (typeof value === "object") return JSON.stringify(value);
@@ -188,9 +192,9 @@
     const results = body.fields || {};
     for (const name of Object.keys(results)) fields.appendChild(renderField(name, results[name]));
     const stats = body.stats || {};
-    const parts = [request.rubric, Object.keys(results).length + " fields", Math.round(elapsedMs) + " ms"];
-    if (typeof stats.forward_passes === "number") parts.push(stats.forward_passes + " forward passes");
-    if (typeof stats.input_tokens === "number") parts.push(stats.input_tokens + " input tokens");
+    const parts = [request.rubric, counted(Object.keys(results).length, "field"), Math.round(elapsedMs) + " ms"];
+    if (typeof stats.forward_passes === "number") parts.push(counted(stats.forward_passes, "forward pass"));
+    if (typeof stats.input_tokens === "number") parts.push(counted(stats.input_tokens, "input token"));
     $("results-summary").textContent = parts.join(" · ");
     $("results-summary").dataset.elapsedMs = String(Math.round(elapsedMs));
     $("results").hidden = false;
@@ -236,8 +240,8 @@
     }
     const fitted = entry.fitted && entry.fitted.length ? "; fitted heads for " + entry.fitted.join(", ") : "";
     const passes = entry.plan && typeof entry.plan.forward_passes === "number"
-      ? ", " + entry.plan.forward_passes + " forward passes" : "";
-    $("rubric-note").textContent = entry.fields.length + " fields" + passes + fitted + ". " + shown(entry.instructions || "");
+      ? ", " + counted(entry.plan.forward_passes, "forward pass") : "";
+    $("rubric-note").textContent = counted(entry.fields.length, "field") + passes + fitted + ". " + shown(entry.instructions || "");
   }
 
   async function loadRubrics() {
