@@ -1,8 +1,9 @@
 """Decisions over HTTP: a FastAPI app on uvicorn, one model, micro-batched requests.
 
 `create_app(engine)` builds the app (`/v1/chat/completions`, `/v1/decisions`, `/v1/systemone`,
-`/v1/rubrics/{name}/decide`, `/v1/rubrics`, `/v1/models`, `/healthz`, `/readyz`, `/metrics`); `decisionflow serve`
-loads the model and runs it. One module per wire format (`openai_chat`, `decisions`, `systemone`, `rubrics`), the
+`/v1/rubrics/{name}/decide`, `/v1/rubrics/decide`, `/v1/rubrics`, `/v1/models`, `/healthz`, `/readyz`, `/metrics`, and
+the playground page at `/`); `decisionflow serve` loads the model and runs it. One module per wire format
+(`openai_chat`, `decisions`, `systemone`, `rubrics`, `inline`), the static page (`page`), the
 path every request takes through limits, budgets and the micro-batcher (`admission`), and the app that wires
 them (`app`). FastAPI, uvicorn and prometheus_client are the optional extra `decisionflow[serve]`.
 """
