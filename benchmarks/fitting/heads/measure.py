@@ -55,7 +55,7 @@ def collect(engine, name: str, split: str, cache: Path, *, with_means: bool = Tr
         packed, last = PackedPass(), -1
         for token in tokens:
             last = packed.add(token, parent=last, request=0)
-        features = engine.backend.run_pass_with_features(prepared.head, [RequestContext()], packed, [last], LAYERS,
+        features = engine.backend.run_pass_with_features(prepared.prefix, [RequestContext()], packed, [last], LAYERS,
                                                          list(range(len(tokens)))).features
         means.append(features.mean(dim=0))
     keep = [i for i, c in enumerate(captured) if c is not None and field in c]

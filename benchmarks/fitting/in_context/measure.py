@@ -103,7 +103,7 @@ def main() -> None:
     from decisionflow.runtime.engine import Engine
     from decisionflow.spec import load_rubric
 
-    engine = Engine.load(threads=1, persist_heads=False, debias=args.debias)
+    engine = Engine.load(threads=1, persist_prefixes=False, debias=args.debias)
     context = engine.backend.max_positions
     print(f"model context {context} positions; debias {engine.options.debias.value if engine.options.debias else 'per reading'}; catalog {engine.options.catalog.value}",
           flush=True)
@@ -127,7 +127,7 @@ def main() -> None:
         longest = max(len(plain.request_tokens(t)) for t in texts)
         fixed0 = plain.positions_before_input
         print(f"\n{name}: {len(dev)} dev rows (of {len(every_dev)}), zero-shot head "
-              f"{len(plain.head_tokens)} tokens, longest dev request {longest} tokens", flush=True)
+              f"{len(plain.prefix_tokens)} tokens, longest dev request {longest} tokens", flush=True)
         fitting = [t for t in texts if fixed0 + len(plain.request_tokens(t)) <= context]
         if len(fitting) < len(texts):
             print(f"  {len(texts) - len(fitting)} dev rows do not fit even the zero-shot prompt (counted wrong)")
@@ -139,23 +139,23 @@ def main() -> None:
         if not args.dry_run:
             print(f"  k=0: accuracy {zero['accuracy']:.3f} (raw {zero['raw_accuracy']:.3f}; most answered {zero['top_label']} "
                   f"{zero['top_share']:.0%}; {zero['errors']} errors) in {zero['seconds']:.0f} s", flush=True)
-        results.append({"set": name, "k": 0, "head_tokens": len(plain.head_tokens), "example_tokens": 0,
+        results.append({"set": name, "k": 0, "head_tokens": len(plain.prefix_tokens), "example_tokens": 0,
                         "dev_rows": len(texts), **zero})
         engine.prepared.clear()
         for k in (int(x) for x in args.ks.split(",")):
             for order_seed in (int(x) for x in args.order_seeds.split(",")):
                 examples = examples_for(rubric, field, train, k, order_seed)
                 compiled = compiled_with(examples)
-                extra = len(compiled.head_tokens) - len(plain.head_tokens)
+                extra = len(compiled.prefix_tokens) - len(plain.prefix_tokens)
                 need = compiled.positions_before_input + longest
                 if need > context:
-                    reason = (f"head {len(compiled.head_tokens)} tokens ({extra} of {len(examples)} examples) + answers "
+                    reason = (f"head {len(compiled.prefix_tokens)} tokens ({extra} of {len(examples)} examples) + answers "
                               f"+ longest dev request {longest} = {need} positions > {context}")
                     print(f"  k={k}: skipped: {reason}", flush=True)
                     skipped.append({"set": name, "k": k, "reason": reason})
                     break
                 if args.dry_run:
-                    print(f"  k={k}: fits: head {len(compiled.head_tokens)} tokens ({extra} of examples), needs {need}")
+                    print(f"  k={k}: fits: head {len(compiled.prefix_tokens)} tokens ({extra} of examples), needs {need}")
                     break
                 got = score(engine, with_examples(rubric, examples), field, texts, gold)
                 got["p_vs_zero_shot"] = mcnemar(got["right"], zero["right"]).p
@@ -164,7 +164,7 @@ def main() -> None:
                       f" (raw {got['raw_accuracy']:.3f}; most answered {got['top_label']} {got['top_share']:.0%}; "
                       f"{got['errors']} errors; McNemar p vs zero-shot {got['p_vs_zero_shot']:.2g}) in {got['seconds']:.0f} s "
                       f"(prepare {got['prepare_s']:.0f} s)", flush=True)
-                row = {"set": name, "k": k, "order_seed": order_seed, "head_tokens": len(compiled.head_tokens),
+                row = {"set": name, "k": k, "order_seed": order_seed, "head_tokens": len(compiled.prefix_tokens),
                        "example_tokens": extra, "dev_rows": len(texts), "zero_shot": zero["accuracy"],
                        "zero_shot_raw": zero["raw_accuracy"], "zero_shot_top_share": zero["top_share"], **got}
                 results.append(row)

@@ -56,7 +56,7 @@ def accuracy(engine: Engine, data: Path, name: str) -> dict:
         divided = [corrections.divide(r.probabilities, prior, method.strength) for r in readings]
         figures[method.value] = metrics.accuracy(gold, [metrics.top_label(d) for d in divided])
     compiled, _ = engine.compile(rubric)
-    return {"n": len(rows), "accuracy": figures, "head_tokens": len(compiled.head_tokens), "seconds": round(seconds, 1)}
+    return {"n": len(rows), "accuracy": figures, "head_tokens": len(compiled.prefix_tokens), "seconds": round(seconds, 1)}
 
 
 def speed(engine: Engine, repeats: int) -> dict:
@@ -64,7 +64,7 @@ def speed(engine: Engine, repeats: int) -> dict:
     compiled, _ = engine.compile(preset.rubric)
     engine.decide(preset.rubric, preset.context)
     times = [engine.decide(preset.rubric, preset.context).stats.timings_ms["total"] for _ in range(repeats)]
-    return {"median_ms": statistics.median(times), "head_tokens": len(compiled.head_tokens)}
+    return {"median_ms": statistics.median(times), "head_tokens": len(compiled.prefix_tokens)}
 
 
 def main() -> None:

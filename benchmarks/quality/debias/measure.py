@@ -345,7 +345,7 @@ def main() -> None:
     if not args.analyse_only:
         from decisionflow.runtime.engine import Engine
 
-        engine = Engine.load(threads=args.threads, persist_heads=False)
+        engine = Engine.load(threads=args.threads, persist_prefixes=False)
     summary_path = args.out / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {"sets": {}, "online_check": {}}
     for name in names:

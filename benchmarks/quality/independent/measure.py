@@ -157,7 +157,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    engine = Engine.load(dtype=args.dtype, persist_heads=False)
+    engine = Engine.load(dtype=args.dtype, persist_prefixes=False)
     result: dict[str, Any] = {"dtype": dtype_of(engine)}
     if args.part == "accuracy":
         result["sets"] = {name: accuracy(engine, args.data, name, args.limit) for name in args.sets.split(",")}

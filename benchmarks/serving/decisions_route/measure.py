@@ -125,7 +125,7 @@ def main() -> None:
     from decisionflow.serve.server import serving_in_thread
 
     load_before = os.getloadavg()
-    engine = Engine.load(persist_heads=False)  # no disk store: a new set's prior is read, not loaded from an earlier run
+    engine = Engine.load(persist_prefixes=False)  # no disk store: a new set's prior is read, not loaded from an earlier run
     # Every preset is a new question set: a budget that lets each through at once.
     app = create_app(engine, RubricRegistry({}), ServeSettings(limits=Limits(new_question_set_burst=len(PRESETS))))
     model = app.state.service.model_name

@@ -93,7 +93,7 @@ def slowest(engine: Any, port: int) -> dict[str, Any]:
     for thread in threads:
         thread.join()
     assert all(status == 200 for status, _ in results), results
-    return {"head_tokens": len(compiled.head_tokens), "new_set_first_request_s": round(first, 2),
+    return {"head_tokens": len(compiled.prefix_tokens), "new_set_first_request_s": round(first, 2),
             "micro_batch": {"requests": clients, "tokens_per_request": per_input,
                             "slowest_s": round(max(s for _, s in results), 2)}}
 
@@ -149,7 +149,7 @@ def main() -> None:
     from decisionflow.serve.server import serving_in_thread
     from decisionflow.serve.settings import Limits
 
-    engine = Engine.load(persist_heads=False)
+    engine = Engine.load(persist_prefixes=False)
     app = create_app(engine, RubricRegistry.from_folder(),
                      ServeSettings(limits=Limits(request_timeout_s=None, new_question_set_burst=1000)))
     checkout = Path(decisionflow.__file__).resolve().parents[1]

@@ -52,7 +52,7 @@ def main() -> None:
             if done.returncode != 0:
                 sys.exit(f"run {run + 1} failed: {done.stderr.strip()[-2000:]}")
             output = json.loads(done.stdout)
-            entry = {"run": run + 1, "wall_s": round(wall, 2), "head_source": output["stats"]["head_source"],
+            entry = {"run": run + 1, "wall_s": round(wall, 2), "head_source": output["stats"]["prefix_source"],
                      "timings_ms": {k: round(v) for k, v in output["timings_ms"].items()}}
             results.append(entry)
             print(json.dumps(entry), flush=True)

@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     rubric = load_rubric(ROOT / "workflows" / "support_triage.yaml")
-    engine = Engine.load(persist_heads=False, pack_weights=False)  # the plain products the trial compiled
+    engine = Engine.load(persist_prefixes=False, pack_weights=False)  # the plain products the trial compiled
     engine.decide(rubric, TEXTS[1])  # head, prior and first-call warm-up outside the timings
     eager = timed(engine, rubric)
     if args.target == "mlp":
