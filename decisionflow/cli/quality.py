@@ -226,8 +226,8 @@ def calibrate_command(
 ) -> None:
     """Fit a per-field domain prior from unlabelled inputs and/or a temperature (and abstention thresholds)
     from labelled data, and save them beside the rubric."""
-    from ..quality.domain_prior import fit_domain_priors
-    from ..quality.temperature_fit import fit_calibration
+    from ..fitting.domain_prior import fit_domain_priors
+    from ..fitting.temperatures import fit_calibration
     from ..runtime.readout.calibration import Calibration
 
     err = stderr()

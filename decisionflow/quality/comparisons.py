@@ -17,10 +17,10 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..fitting.readings import Progress, Reading, read_rows_and_raw
 from ..runtime.readout.calibration import Calibration
 from ..spec.rubric import Debias, Rubric
-from . import metrics
-from .readings import Progress, Reading, read_rows_and_raw
+from ..stats import metrics
 from .significance import paired_difference
 from .variants import choice_labels, minimal_rubric, reordered_rubric, shuffled_order
 

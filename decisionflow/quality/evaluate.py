@@ -29,18 +29,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 from ..errors import DataError, DecisionflowError
-from ..runtime.readout.calibration import Calibration, FieldCalibration
-from ..spec.rubric import Debias, FieldKind, Rubric
-from ..stats import expected_calibration_error, mcnemar_exact, reliability_bins
-from . import metrics
-from .comparisons import (
-    ReadSetting,
-    ablation_correction,
-    compare_orders,
-    compare_wordings,
-)
-from .labelled import LabelledRow, label_of, offered_labels
-from .readings import (
+from ..fitting.readings import (
     CHUNK_ROWS,
     Progress,
     Reading,
@@ -49,6 +38,16 @@ from .readings import (
     read_rows,
     read_rows_raw_and_zero_shot,
 )
+from ..runtime.readout.calibration import Calibration, FieldCalibration
+from ..spec.rubric import Debias, FieldKind, Rubric
+from ..stats import expected_calibration_error, mcnemar_exact, metrics, reliability_bins
+from .comparisons import (
+    ReadSetting,
+    ablation_correction,
+    compare_orders,
+    compare_wordings,
+)
+from .labelled import LabelledRow, label_of, offered_labels
 
 __all__ = [
     "CHUNK_ROWS", "EvalRun", "Progress", "Reading", "evaluate", "read_all_fields", "read_rows", "score_abstention",

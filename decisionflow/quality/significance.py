@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
-from . import metrics
+from ..stats import metrics
 
 Score = Callable[[Sequence[Hashable], Sequence[Hashable | None]], float]
 RESAMPLES = 1000

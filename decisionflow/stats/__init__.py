@@ -1,4 +1,5 @@
-"""Statistics shared by the steps that measure: paired tests, temperature fitting, calibration metrics.
+"""Statistics shared by the steps that measure: paired tests, temperature fitting, calibration metrics, and
+the scores of closed-set answers (`metrics`: accuracy, macro-F1, agreement, abstention).
 
 `fitting` (choosing a head over zero-shot), `quality` (eval, calibrate), `bench` and the benchmark
 scripts all compare readouts on the same rows and fit temperatures; neither of the first two may import
@@ -6,6 +7,7 @@ the other, so each kept its own copy. Here they have one, below both: the module
 standard library, numpy and (lazily, where a fit needs its optimiser) scipy, never another step.
 """
 
+from . import metrics
 from .calibration import (
     DEFAULT_BINS,
     ReliabilityBin,
@@ -20,5 +22,5 @@ from .temperature import LOG_TEMPERATURE_RANGE, SCORE_LOG_BOUNDS, fit_score_temp
 __all__ = [
     "DEFAULT_BINS", "LOG_TEMPERATURE_RANGE", "McNemar", "ReliabilityBin", "SCORE_LOG_BOUNDS", "expected_calibration_error",
     "fit_score_temperature", "fit_temperature", "mcnemar", "mcnemar_exact", "negative_log_likelihood", "reliability_bins",
-    "temperature_scale",
+    "metrics", "temperature_scale",
 ]

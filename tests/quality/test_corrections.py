@@ -10,13 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decisionflow.errors import DataError
-from decisionflow.quality import corrections, metrics
+from decisionflow.fitting import corrections
 from decisionflow.quality.significance import paired_difference
 from decisionflow.quality.variants import cyclic_orders, minimal_rubric, reordered_rubric
 from decisionflow.runtime.readout.calibration import Calibration, FieldCalibration
 from decisionflow.runtime.readout.debias import divide_by_prior
 from decisionflow.spec.rubric import Debias
 from decisionflow.spec.yaml_rubric import load_rubric
+from decisionflow.stats import metrics
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / "workflows").glob("*.yaml"))

@@ -13,14 +13,14 @@ from typer.testing import CliRunner
 
 from decisionflow.cli import app
 from decisionflow.errors import CalibrationError
-from decisionflow.quality import corrections, metrics
-from decisionflow.quality.domain_prior import fit_domain_priors
+from decisionflow.fitting import corrections
+from decisionflow.fitting.domain_prior import fit_domain_priors
+from decisionflow.fitting.temperatures import fit_calibration
 from decisionflow.quality.labelled import load_labelled
-from decisionflow.quality.temperature_fit import fit_calibration
 from decisionflow.runtime.readout.calibration import Calibration, temperature_scale
 from decisionflow.spec.rubric import Debias
 from decisionflow.spec.yaml_rubric import load_rubric
-from decisionflow.stats import negative_log_likelihood
+from decisionflow.stats import metrics, negative_log_likelihood
 
 REPO = Path(__file__).resolve().parents[2]
 BANKING = REPO / "workflows" / "banking77_intent.yaml"
@@ -181,7 +181,7 @@ def test_eval_takes_the_raw_readout_from_the_same_passes_when_the_field_reads_no
 
 @pytest.mark.model
 def test_a_field_that_reads_an_earlier_answer_has_its_raw_readout_read_apart(engine):
-    from decisionflow.quality.readings import read_rows_and_raw
+    from decisionflow.fitting.readings import read_rows_and_raw
 
     rubric = load_rubric(REPO / "workflows" / "issue_triage.yaml")  # `label` pinned, then `repo`
     readings, raw = read_rows_and_raw(engine, rubric, ["The app crashes when I open settings."], "repo")

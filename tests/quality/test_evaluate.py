@@ -206,7 +206,7 @@ def test_eval_names_the_rows_it_could_not_decide(tmp_path: Path):
 
 @pytest.mark.model
 def test_calibration_fit_is_saved_beside_a_rubric_copy_and_keeps_winners(engine, tmp_path: Path):
-    from decisionflow.quality.temperature_fit import fit_calibration
+    from decisionflow.fitting.temperatures import fit_calibration
 
     rubric_path = tmp_path / "banking77_intent.yaml"
     shutil.copy(BANKING, rubric_path)
@@ -247,7 +247,7 @@ def test_a_field_reads_fitted_answers_only_through_earlier_rounds_or_what_it_der
     derived fields computed (directly or through another derived field) from a fitted one."""
     from types import SimpleNamespace
 
-    from decisionflow.quality.readings import _reads_fitted_answers
+    from decisionflow.fitting.readings import _reads_fitted_answers
     from decisionflow.spec.yaml_rubric import loads_rubric
 
     rubric = loads_rubric("""\

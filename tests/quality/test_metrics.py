@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from decisionflow.quality.metrics import (
+from decisionflow.stats.metrics import (
     accuracy,
     agreement,
     best_abstention_threshold,
@@ -65,7 +65,7 @@ def test_best_abstention_threshold():
 
 
 def test_a_temperature_at_either_end_of_its_search_is_warned_about():
-    from decisionflow.quality.temperature_fit import FieldFit
+    from decisionflow.fitting.temperatures import FieldFit
     from decisionflow.runtime.readout.calibration import FieldCalibration
     from decisionflow.stats import LOG_TEMPERATURE_RANGE
 
@@ -81,8 +81,8 @@ def test_a_temperature_at_either_end_of_its_search_is_warned_about():
 
 
 def test_a_row_without_a_label_for_the_field_is_left_out_of_its_fit():
-    from decisionflow.quality.readings import Reading
-    from decisionflow.quality.temperature_fit import fit_field
+    from decisionflow.fitting.readings import Reading
+    from decisionflow.fitting.temperatures import fit_field
 
     def reading(top: str, p: float, mass: float) -> Reading:
         other = "b" if top == "a" else "a"

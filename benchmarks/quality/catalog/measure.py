@@ -21,14 +21,15 @@ from pathlib import Path
 from benchmarks.common import dtype_of, write_results
 from decisionflow.bench.presets import load_preset
 from decisionflow.compiler import Catalog
-from decisionflow.quality import corrections, metrics
+from decisionflow.fitting import corrections
+from decisionflow.fitting.readings import read_rows
 from decisionflow.quality.labelled import load_labelled, offered_labels, select_rows
-from decisionflow.quality.readings import read_rows
 from decisionflow.runtime.engine import Engine, EngineOptions
 from decisionflow.runtime.readout.debias import CONTENT_FREE_INPUTS
 from decisionflow.spec.references import shipped_workflow
 from decisionflow.spec.rubric import Debias
 from decisionflow.spec.yaml_rubric import load_rubric
+from decisionflow.stats import metrics
 
 SETS = {
     "banking77": ("banking77_intent", "intent", 200),

@@ -41,7 +41,7 @@ def parse_setting(text: str) -> dict:
 
 
 def read(engine, rubric, field: str, texts: list[str], heads=None) -> tuple[list, float]:
-    from decisionflow.quality.readings import read_rows
+    from decisionflow.fitting.readings import read_rows
 
     began = time.perf_counter()
     readings = read_rows(engine, rubric, texts, field, heads=heads)

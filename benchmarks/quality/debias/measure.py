@@ -7,7 +7,7 @@ domain priors, permutation debiasing (averaging over orders, and PriDe), and rub
 Every set is scored on one field, read in its rubric's first round (each shipped rubric pins its
 first field, and the scored field is that one), so its raw distribution does not depend on any
 correction: the script stores one raw run per (wording, option order) and computes every correction
-from it offline, exactly as the engine would (`decisionflow.quality.corrections`; the script checks a
+from it offline, exactly as the engine would (`decisionflow.fitting.corrections`; the script checks a
 few rows against the engine's own `debias="content_free"` readout). Stored runs are reused, so an
 interrupted run resumes where it stopped.
 
@@ -43,15 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import dtype_of, write_results
-from decisionflow.quality import corrections, metrics
+from decisionflow.fitting import corrections
+from decisionflow.fitting.readings import read_rows
 from decisionflow.quality.labelled import LabelledRow, load_labelled, select_rows
-from decisionflow.quality.readings import read_rows
 from decisionflow.quality.significance import paired_difference
 from decisionflow.quality.variants import choice_labels, cyclic_orders, minimal_rubric, reordered_rubric
 from decisionflow.runtime.readout.debias import CONTENT_FREE_INPUTS
 from decisionflow.spec.rubric import Debias, Rubric
 from decisionflow.spec.yaml_rubric import load_rubric
-from decisionflow.stats import expected_calibration_error
+from decisionflow.stats import expected_calibration_error, metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@
 Accuracy: every shipped workflow of a development set is read twice on the same rows: as shipped (the
 shared reading, the engine's default correction) and with `reading: independent` (each field a question of
 its own after the input). The independent reading is read raw once; its corrections are computed from that
-reading and the content-free inputs' reading, exactly as the engine divides (`quality.corrections`). Every
+reading and the content-free inputs' reading, exactly as the engine divides (`fitting.corrections`). Every
 independent variant is paired with the shared one row by row (McNemar's exact test).
 
 Speed (an otherwise idle machine): the median warm request of a 28-question preset read both ways, and a
@@ -24,15 +24,15 @@ from typing import Any
 
 from benchmarks.common import DATA, dtype_of, write_results
 from decisionflow.bench.presets import load_preset
-from decisionflow.quality import corrections, metrics
+from decisionflow.fitting import corrections
+from decisionflow.fitting.readings import read_all_fields
 from decisionflow.quality.labelled import load_labelled, select_rows
-from decisionflow.quality.readings import read_all_fields
 from decisionflow.runtime.engine import Engine
 from decisionflow.runtime.readout.debias import CONTENT_FREE_INPUTS
 from decisionflow.spec.references import shipped_workflow
 from decisionflow.spec.rubric import Debias, Rubric
 from decisionflow.spec.yaml_rubric import load_rubric
-from decisionflow.stats import mcnemar_exact
+from decisionflow.stats import mcnemar_exact, metrics
 
 SETS = {
     "banking77": ("banking77_intent", {"intent": "label"}, 300),

@@ -14,14 +14,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from ..runtime.readout.calibration import Calibration, FieldCalibration
 from ..spec.rubric import Debias, Rubric
-from ..stats import LOG_TEMPERATURE_RANGE, expected_calibration_error, fit_temperature, negative_log_likelihood, temperature_scale
-from . import metrics
-from .labelled import LabelledRow, offered_labels
+from ..stats import (
+    LOG_TEMPERATURE_RANGE,
+    expected_calibration_error,
+    fit_temperature,
+    metrics,
+    negative_log_likelihood,
+    temperature_scale,
+)
 from .readings import Progress, Reading, applied_correction, read_all_fields
+
+
+class LabelledText(Protocol):
+    """A labelled row as the fit reads it (`quality.labelled.LabelledRow` is one)."""
+
+    text: str
+    gold: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,7 @@ class FieldFit:
 
 
 def fit_calibration(
-    engine: Any, target: Any, rubric: Rubric, rows: Sequence[LabelledRow], fields: Sequence[str], *,
+    engine: Any, target: Any, rubric: Rubric, rows: Sequence[LabelledText], fields: Sequence[str], *,
     min_mass: float | None = None, min_probability: float | None = None, fit_min_mass: bool = False,
     base: Calibration | None = None, debias: str | None = None, progress: Progress | None = None,
     heads: Any = None,
@@ -80,7 +92,7 @@ def fit_calibration(
     readings_by_field = _read_fields(engine, target, texts, fields, _uncalibrated(rubric, settings, fields), debias, progress,
                                      heads)
     for name in fields:
-        labels = offered_labels(rubric.field(name))
+        labels = list(rubric.field(name).labels)
         fit = fit_field(
             name, [row.gold[name] for row in rows], readings_by_field[name], labels,
             min_mass=min_mass, min_probability=min_probability, fit_min_mass=fit_min_mass,

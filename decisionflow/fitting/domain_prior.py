@@ -19,8 +19,8 @@ from typing import Any, Sequence
 from ..errors import DataError
 from ..runtime.readout.calibration import Calibration, FieldCalibration
 from ..spec.rubric import Debias, Rubric
-from . import corrections, metrics
-from .labelled import offered_labels
+from ..stats import metrics
+from . import corrections
 from .readings import Progress, read_all_fields
 
 
@@ -62,7 +62,7 @@ def fit_domain_priors(
         if not distributions:
             raise DataError(f"field {name!r} was not decided on any unlabelled row (every row failed or was not asked)")
         prior = corrections.mean_prior(distributions)
-        labels = offered_labels(rubric.field(name))
+        labels = list(rubric.field(name).labels)
         current = settings.get(name, FieldCalibration())
         reset = current.temperature != 1.0 and current.debias is not Debias.DOMAIN
         settings[name] = current.model_copy(update={

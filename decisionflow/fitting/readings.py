@@ -15,7 +15,7 @@ from ..errors import DecisionflowError
 from ..runtime.readout.calibration import Calibration
 from ..runtime.result import FITTED_METHODS
 from ..spec.declare import rubric_of
-from . import metrics
+from ..stats import metrics
 
 CHUNK_ROWS = 32
 """Rows handed to decide_many at once: small enough for a live progress bar, large enough to pack."""

@@ -1,6 +1,6 @@
 """Readout corrections applied to stored distributions, for measuring them side by side.
 
-The engine applies a correction while it decides (`runtime.debias`). A field read in the first
+The engine applies a correction while it decides (`runtime.readout.debias`). A field read in the first
 round of its plan (a rubric's pinned first field, or any field that reads no other field's answer)
 has a raw distribution that no correction can change, so every correction of it can be computed
 exactly from one raw run; these functions do that, on distributions stored as `{label: probability}`.
@@ -35,7 +35,7 @@ def mean_prior(distributions: Sequence[Distribution]) -> dict[str, float]:
 
 
 def divide(distribution: Distribution, prior: Distribution, strength: float = 1.0) -> dict[str, float]:
-    """`p(label) / prior(label)^strength`, renormalised, exactly as the engine does (`runtime.debias`)."""
+    """`p(label) / prior(label)^strength`, renormalised, exactly as the engine does (`runtime.readout.debias`)."""
     labels = list(distribution)
     divided = divide_by_prior([distribution[k] for k in labels], [prior[k] for k in labels], strength)
     return dict(zip(labels, divided))

@@ -1,7 +1,7 @@
 """Quality metrics for closed-set decisions: accuracy, macro-F1, agreement, abstention.
 
-Calibration metrics (ECE, reliability bins, NLL), temperature fitting and McNemar's test are in
-`decisionflow.stats`, shared with `fitting`. Pure Python (no torch), so results stored as plain lists
+Beside them in `decisionflow.stats`: the calibration metrics (ECE, reliability bins, NLL), temperature
+fitting and McNemar's test, which `fitting` and `quality` share. Pure Python (no torch), so results stored as plain lists
 of labels and probability dicts can be scored anywhere. Conventions:
 
 - A prediction of `None` (an abstained or invalid answer) is never equal to a gold label.
