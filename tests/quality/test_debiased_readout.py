@@ -17,10 +17,10 @@ from decisionflow.fitting import corrections
 from decisionflow.fitting.domain_prior import fit_domain_priors
 from decisionflow.fitting.temperatures import fit_calibration
 from decisionflow.quality.labelled import load_labelled
-from decisionflow.runtime.readout.calibration import Calibration, temperature_scale
+from decisionflow.runtime.readout.calibration import Calibration
 from decisionflow.spec.rubric import Debias
 from decisionflow.spec.yaml_rubric import load_rubric
-from decisionflow.stats import metrics, negative_log_likelihood
+from decisionflow.stats import metrics, negative_log_likelihood, temperature_scale
 
 REPO = Path(__file__).resolve().parents[2]
 BANKING = REPO / "workflows" / "banking77_intent.yaml"

@@ -10,7 +10,6 @@ A rubric's calibration lives in a small JSON file beside it: `triage.yaml` -> `t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ...errors import CalibrationError
 from ...spec.rubric import Debias, Rubric
+from ...stats.calibration import temperature_scale
 
 
 class FieldCalibration(BaseModel):
@@ -161,15 +161,3 @@ class Calibration(BaseModel):
             settings.min_candidate_mass is not None and candidate_mass < settings.min_candidate_mass
         ) or (settings.min_probability is not None and max(scaled) < settings.min_probability)
         return scaled, abstain
-
-
-def temperature_scale(probabilities: tuple[float, ...], temperature: float) -> tuple[float, ...]:
-    """p_i^(1/T), renormalised: the order of the answers (and so the winner) never changes."""
-    if temperature == 1.0:
-        return probabilities
-    logs = [math.log(max(p, 1e-300)) / temperature for p in probabilities]
-    top = max(logs)
-    weights = [math.exp(x - top) for x in logs]
-    total = sum(weights)
-    return tuple(w / total for w in weights)
-
