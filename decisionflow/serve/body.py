@@ -12,7 +12,7 @@ large for a double (`1e400` would become infinity), and an integer literal of mo
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable, Sequence
 
 from ..errors import DataError
 from ..spec.text import code_point, first_lone_surrogate
@@ -116,6 +116,24 @@ def lone_surrogate(text: str) -> str | None:
     """`U+D800` for the first lone surrogate in `text` (a `\\ud800` escape with no pair: not Unicode text), else None."""
     index = first_lone_surrogate(text)
     return None if index is None else code_point(text[index])
+
+
+def request_object(body: Any, *, shape: str = "", allowed: Sequence[str] | None = None,
+                   repeated_key: Callable[[str, str], Exception] | None = None) -> dict[str, Any]:
+    """`body` as the JSON object every route takes, each refusal a located 400: not an object (`shape` says
+    what it should look like), a key written twice anywhere in it (`repeated_key(where, key)` words it where a
+    route knows better), and, given `allowed`, a top-level key outside them."""
+    if not isinstance(body, dict):
+        raise Located(DataError(f"the request body must be a JSON object{shape}, got {json_type(body)}"), "body")
+    repeated = first_repeated_key(body)
+    if repeated is not None:
+        if repeated_key is not None:
+            raise repeated_key(*repeated)
+        raise Located(DataError(f"key {repeated[1]!r} appears twice in the same object"), repeated[0])
+    unknown = [key for key in body if allowed is not None and key not in allowed]
+    if unknown:
+        raise Located(DataError(f"unknown key {unknown[0]!r} (allowed: {', '.join(allowed or ())})"), field_path(unknown[0]))
+    return body
 
 
 def first_repeated_key(value: Any, *path: str | int) -> tuple[str, str] | None:

@@ -60,7 +60,7 @@ from ..spec.kinds import Debias
 from ..spec.names import field_names
 from ..spec.rubric import MAX_SCORE_LEVELS, FieldSpec, Rubric, label_of, normalise_label
 from .admission import Answering
-from .body import first_repeated_key, json_type, lone_surrogate
+from .body import json_type, lone_surrogate, request_object
 from .openai_chat import model_refused
 from .question_sets import choice_field, confidence, independent_rubric, predicate_field, prefix_from_cache, score_field
 from .question_sets import tokens_read as read_tokens
@@ -131,11 +131,7 @@ def refused(message: str, field: str | None) -> Located:
 
 def parse_decision_request(body: Any) -> DecisionRequest:
     """The request checked part by part; every refusal names where it is."""
-    if not isinstance(body, dict):
-        raise refused(f"the request body must be a JSON object, got {json_type(body)}", "body")
-    repeated = first_repeated_key(body)
-    if repeated is not None:
-        raise refused(f"key {repeated[1]!r} appears twice in the same object", repeated[0])
+    body = request_object(body)
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise refused("`model` is required: the name `GET /v1/models` lists", "model")

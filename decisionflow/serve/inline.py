@@ -22,8 +22,8 @@ from ..errors import CompileError, DataError, InputError, Problem, RubricError
 from ..spec.rubric import Rubric
 from ..spec.yaml_rubric import loads_rubric
 from .admission import Answering
-from .body import first_repeated_key, input_shape_problem, json_type
-from .refusals import Located, field_path
+from .body import input_shape_problem, json_type, request_object
+from .refusals import Located
 from .settings import Limits
 
 ROUTE = "/v1/rubrics/decide"
@@ -46,14 +46,7 @@ class InlineRubric:
 
 def parse_inline_request(body: Any, limits: Limits) -> InlineRequest:
     """The request checked key by key: a JSON object of a non-blank `rubric` string and one input `text`."""
-    if not isinstance(body, dict):
-        raise Located(DataError('the request body must be a JSON object: {"rubric": "<YAML>", "text": ...}'), "body")
-    repeated = first_repeated_key(body)
-    if repeated is not None:
-        raise Located(DataError(f"key {repeated[1]!r} appears twice in the same object"), repeated[0])
-    unknown = [key for key in body if key not in REQUEST_KEYS]
-    if unknown:
-        raise Located(DataError(f"unknown key {unknown[0]!r} (allowed: rubric, text)"), field_path(unknown[0]))
+    body = request_object(body, shape=' ({"rubric": "<YAML>", "text": ...})', allowed=REQUEST_KEYS)
     for key in REQUEST_KEYS:
         if key not in body:
             raise Located(DataError(f"the request has no `{key}`"), key)

@@ -37,7 +37,7 @@ from ..errors import CompileError, ContextLengthError, DataError, InputError
 from ..spec.json_schema import SchemaError, SchemaRubric, from_json_schema
 from ..spec.text import has_visible
 from .admission import Answering, EventStream
-from .body import first_repeated_key, json_type, lone_surrogate
+from .body import json_type, lone_surrogate, request_object
 from .refusals import HttpRefusal, Located, Refusal, field_path
 from .settings import Limits
 
@@ -75,11 +75,7 @@ def refused(message: str, field: str | None) -> Located:
 
 def parse_chat_request(body: Any) -> ChatRequest:
     """The request checked part by part; every refusal names where it is (`messages[1].role`)."""
-    if not isinstance(body, dict):
-        raise refused(f"the request body must be a JSON object, got {json_type(body)}", "body")
-    repeated = first_repeated_key(body)
-    if repeated is not None:
-        raise refused(f"key {repeated[1]!r} appears twice in the same object", repeated[0])
+    body = request_object(body)
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise refused("`model` is required: the name `GET /v1/models` lists", "model")

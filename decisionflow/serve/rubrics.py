@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import DataError
 from .admission import DecisionService, RequestNote, log_failure, own_failure
-from .body import first_repeated_key, input_shape_problem
+from .body import input_shape_problem, request_object
 from .refusals import HttpRefusal, Located, field_path, refusal_of
 from .settings import Limits
 
@@ -25,14 +25,7 @@ DECIDE_KEYS = ("text", "texts")
 
 def parse_inputs(body: Any, limits: Limits) -> tuple[list[Any], bool]:
     """The request's inputs, and whether it sent one (`text`) rather than a list (`texts`)."""
-    if not isinstance(body, dict):
-        raise Located(DataError('the request body must be a JSON object: {"text": ...} or {"texts": [...]}'), "body")
-    repeated = first_repeated_key(body)
-    if repeated is not None:
-        raise Located(DataError(f"key {repeated[1]!r} appears twice in the same object"), repeated[0])
-    unknown = [key for key in body if key not in DECIDE_KEYS]
-    if unknown:
-        raise Located(DataError(f"unknown key {unknown[0]!r} (allowed: text or texts)"), field_path(unknown[0]))
+    body = request_object(body, shape=' ({"text": ...} or {"texts": [...]})', allowed=DECIDE_KEYS)
     if ("text" in body) == ("texts" in body):
         raise Located(DataError("give exactly one of `text` (one input) or `texts` (a list of inputs)"), "text")
     if "text" in body:

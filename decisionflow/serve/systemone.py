@@ -37,7 +37,7 @@ from ..errors import CompileError, DataError, InputError, Problem, RubricError
 from ..spec.names import field_names
 from ..spec.rubric import FieldSpec, Rubric, normalise_label, number_text
 from .admission import Answering
-from .body import first_repeated_key, input_shape_problem, json_type, lone_surrogate
+from .body import input_shape_problem, json_type, lone_surrogate, request_object
 from .question_sets import choice_field, confidence, independent_rubric, predicate_field, score_field, tokens_read
 from .refusals import Located, field_path
 from .settings import Limits
@@ -84,14 +84,7 @@ class SystemOneRequest:
 
 def parse_request(body: Any, limits: Limits) -> SystemOneRequest:
     """The request checked field by field; every problem is located (`questions.spam.criteria`)."""
-    if not isinstance(body, dict):
-        raise Located(DataError(f"the request body must be a JSON object, got {json_type(body)}"), "body")
-    repeated = first_repeated_key(body)
-    if repeated is not None:
-        raise _repeated_key_error(*repeated)
-    unknown = [key for key in body if key not in REQUEST_KEYS]
-    if unknown:
-        raise Located(DataError(f"unknown key {unknown[0]!r} (allowed: state, questions, model)"), field_path(unknown[0]))
+    body = request_object(body, allowed=REQUEST_KEYS, repeated_key=_repeated_key_error)
     for key in ("state", "questions"):
         if key not in body:
             raise Located(DataError(f"the request has no `{key}`"), key)
