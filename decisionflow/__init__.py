@@ -6,8 +6,9 @@ by side: `quality`, `bench`, `serve`, `scale`, `integrations` → `cli`. `runtim
 `runtime.model` (loading, check-model), `runtime.passes` (the packed pass, its backends and their `Backend`
 protocol), `runtime.readout` (distributions, debias, calibration, derived fields) and `runtime.heads`
 (applying fitted heads), under the modules that put them together (`runtime.engine`, `runtime.prepared`,
-`runtime.executor`, `runtime.result`). `stats` (McNemar's exact test, temperature fitting,
-calibration metrics) sits below `fitting` and `quality`, which share it. `errors`, `paths` and `records`
+`runtime.executor`, `runtime.result`). `stats` (McNemar's exact test, temperature fitting and scaling,
+calibration metrics, accuracy and abstention scores) sits below `runtime`, `fitting` and `quality`, which share it;
+`fitting` holds every fit (heads, temperatures, the domain prior). `errors`, `paths` and `records`
 sit below every step. Declaring, validating and planning need no model; `Engine` (torch + transformers)
 is imported only when first used.
 
