@@ -1,6 +1,7 @@
 """The package's layout holds: each step imports only the steps before it, and no import cycle exists.
 
-spec → compiler → runtime → (fitting | batch | baselines) → (quality | bench | serve | scale | integrations) → cli; `errors`,
+spec → compiler → runtime → (fitting | batch | baselines) → (quality | bench | scale | integrations) → cli, and serve above
+quality (its eval and coherence routes use quality's scores and variants); `errors`,
 `paths` and `records` are below everything; `stats` (paired tests, temperature fitting and scaling, calibration metrics) imports only
 `errors`, below `runtime`, `fitting`, `quality`, `bench` and `cli`, which share it;
 nothing imports `cli`; the kernels import only torch and triton. Inside `runtime`, the rooms (`model`,
@@ -38,7 +39,7 @@ ALLOWED = {
     "baselines": ENGINE,
     "quality": {*ENGINE, "baselines", "fitting", "stats"},
     "bench": {*ENGINE, "baselines", "stats"},
-    "serve": ENGINE,
+    "serve": {*ENGINE, "stats", "fitting", "quality"},  # the playground's eval and coherence routes score with quality's code
     "scale": {*ENGINE, "batch"},
     "integrations": ENGINE,  # the engine behind other frameworks' interfaces (LangChain's decision models)
     "cli": {*ENGINE, "stats", "fitting", "batch", "baselines", "quality", "bench", "serve", "scale"},

@@ -75,6 +75,7 @@ from .registry import RubricRegistry
 from .rubrics import decide_named, parse_inputs
 from .settings import ServeSettings, body_limit_for
 from .systemone import SystemOne, parse_request
+from .workbench import add_workbench_routes
 
 if TYPE_CHECKING:
     from ..runtime.engine import Engine
@@ -217,6 +218,9 @@ def create_app(engine: Engine, registry: RubricRegistry | None = None, settings:
     async def decide_inline(request: Request) -> Response:
         """Decide `{"rubric": "<YAML>", "text": ...}`: a rubric sent with its input, as a question set (see `inline`)."""
         return await answered(request, lambda raw, note: service.question_set(inline, raw, note))
+
+    add_workbench_routes(app, service, inline, limits, answered=answered, json_answer=JSONAnswer,
+                         refused=lambda request, error: error_response(note_of(request), error, retry_after_s))
 
     @app.post(CHAT_ROUTE)
     async def chat_completions(request: Request) -> Response:
