@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import typer
 
-from ..serve.settings import Access, ServeSettings
+from ..serve.settings import Access, Limits, ServeSettings
 from .common import (
     DeviceOption,
     DtypeOption,
@@ -30,6 +30,10 @@ from .common import (
     stderr,
 )
 from .serve import API_KEYS_VARIABLE, _api_keys, _check_installed
+
+PLAYGROUND_LIMITS = Limits(max_question_set_prefix_tokens=4096, new_question_set_burst=40)
+"""One person on the loopback edits rubrics as big as the shipped workflows (support_triage's prompt is about 2,400
+tokens) and checks a field in several variants at once: Compare, the coherence checks and eval send them inline."""
 
 
 def playground_command(
@@ -66,7 +70,7 @@ def playground_command(
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, threads=threads, device=device,
                                                    dtype=dtype, loader=loader))
     app = guarded(ctx, err, lambda: create_app(engine, RubricRegistry(entries),
-                                               ServeSettings(access=Access(api_keys=keys))))
+                                               ServeSettings(access=Access(api_keys=keys), limits=PLAYGROUND_LIMITS)))
     sock = guarded(ctx, err, lambda: bind("127.0.0.1", port))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/?rubric={quote(name)}"
 

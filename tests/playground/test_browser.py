@@ -19,7 +19,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))
 from serve_client import Client, running_server  # noqa: E402
 
+from decisionflow import rubric_of  # noqa: E402
+from decisionflow.cli.playground import PLAYGROUND_LIMITS  # noqa: E402
 from decisionflow.serve import Access, ServeSettings  # noqa: E402
+from decisionflow.spec.yaml_rubric import loads_rubric  # noqa: E402
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -69,7 +72,8 @@ def browser():
 def port(engine):
     from decisionflow.serve import RubricRegistry
 
-    settings = ServeSettings(access=Access(api_keys=(KEY,)))
+    # The limits `decisionflow playground` serves with: a workflow's YAML sent inline, several new question sets in a row.
+    settings = ServeSettings(access=Access(api_keys=(KEY,)), limits=PLAYGROUND_LIMITS)
     with running_server(engine, RubricRegistry.from_folder(), settings) as port:
         yield port
 
@@ -203,10 +207,178 @@ def test_markup_in_the_input_and_the_rubric_stays_text(page, screenshots):
 def test_the_controls_are_reached_with_tab_in_reading_order(page):
     page.focus("#api-key")
     reached = []
-    for _ in range(8):
+    for _ in range(9):
         page.keyboard.press("Tab")
         reached.append(page.evaluate("() => document.activeElement.id"))
-    assert reached[:6] == ["rubric-choice", "reload-rubrics", "rubric-yaml", "input-text", "run", "copy-curl"]
+    assert reached[:7] == ["rubric-choice", "reload-rubrics", "load-yaml", "rubric-yaml", "input-text", "run", "copy-curl"]
     labelled = page.evaluate("""() => [...document.querySelectorAll('input, select, textarea')]
         .every((control) => control.labels.length === 1 && control.labels[0].textContent.trim() !== '')""")
     assert labelled
+
+
+def api(port, path: str, body=None):
+    client = Client(port)
+    try:
+        if body is None:
+            return client.get(path, headers={"Authorization": f"Bearer {KEY}"})
+        return client.post(path, body, headers={"Authorization": f"Bearer {KEY}"})
+    finally:
+        client.close()
+
+
+def as_shown(field: dict) -> str:
+    """A field's answer as the page writes it (`not asked`, a label, `true`, `3`)."""
+    if field.get("asked", True) is False:
+        return "not asked"
+    return field["value"] if isinstance(field["value"], str) else json.dumps(field["value"])
+
+
+REMOVED = "      infrastructure_reliability: outages, downtime, 5xx or gateway errors, latency, capacity; the on-call\n        site reliability team\n"
+"""The primary department's first option, as the served YAML writes it (folded at 100 columns)."""
+
+
+def test_compare_shows_the_workflow_before_and_after_an_option_is_removed(page, port, screenshots):
+    unlock(page)
+    page.fill("#input-text", TICKET)
+    page.click("#load-yaml")  # the served workflow's YAML, from GET /v1/rubrics/support_triage/yaml
+    page.wait_for_function("() => document.getElementById('rubric-yaml').value.startsWith('name: support_triage')")
+    before_yaml = page.input_value("#rubric-yaml")
+    assert before_yaml == api(port, f"/v1/rubrics/{WORKFLOW}/yaml").body["yaml"]
+    assert REMOVED in before_yaml
+    after_yaml = before_yaml.replace(REMOVED, "")
+    page.fill("#rubric-yaml", after_yaml)
+    replies = []  # what the page's two calls were answered: the served workflow by name, the edited YAML inline
+    page.on("response", lambda response: replies.append(response) if response.url.endswith("/decide") else None)
+    page.click("#compare")
+    page.wait_for_selector("#compare-view:not([hidden]), #error:not([hidden])", timeout=60_000)
+    assert page.locator("#compare-view").is_visible(), page.text_content("#error")
+    assert [reply.url.split("/v1/")[1] for reply in replies] == [f"rubrics/{WORKFLOW}/decide", "rubrics/decide"]
+    before, after = (reply.json()["fields"] for reply in replies)
+    assert replies[1].request.post_data_json == {"rubric": after_yaml, "text": TICKET}
+
+    rows = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('#compare-table tbody tr')].map((row) => [
+        row.dataset.field, {classes: [...row.classList].sort(), before: row.cells[1].textContent, after: row.cells[2].textContent,
+                            delta: row.cells[3].dataset.delta, difference: row.cells[4].textContent}]))""")
+    assert list(rows) == list(before)
+    for name, field in before.items():
+        shown, other = rows[name], after[name]
+        assert shown["before"].startswith(as_shown(field)), name
+        assert shown["after"].startswith(as_shown(other)), name
+        label = as_shown(field)
+        moved = None
+        if label in field["probabilities"] and label in other["probabilities"]:
+            moved = other["probabilities"][label] - field["probabilities"][label]
+            assert float(shown["delta"]) == pytest.approx(moved, abs=1e-6), name
+        changed = as_shown(field) != as_shown(other)
+        assert ("changed" in shown["classes"]) == changed, name
+        assert ("moved" in shown["classes"]) == (moved is not None and abs(moved) > 0.05), name
+    department = rows["primary_department"]
+    assert "infrastructure_reliability" not in department["after"]
+    if before["primary_department"]["value"] == "infrastructure_reliability":
+        assert "answer changed" in department["difference"]
+    page.screenshot(path=str(screenshots / "06-compare.png"), full_page=True)
+    page.locator("#compare-view").screenshot(path=str(screenshots / "07-compare-table.png"))
+
+
+EVAL_CSV = (
+    "text,refund,team,urgency,note\n"
+    '"I was charged twice, refund the duplicate",true,billing,2,a\n'
+    "my parcel never arrived,false,shipping,1,b\n"
+    "I cannot log in since this morning,false,technical,3,c\n"
+    '"the invoice shows the wrong amount, please fix",false,billing,1,d\n'
+)
+
+
+def test_coherence_eval_and_copy_as_on_the_yaml_rubric(page, port, screenshots):
+    unlock(page)
+    page.select_option("#rubric-choice", "")
+    example = page.input_value("#rubric-yaml")
+    text = "I was charged twice this month, please refund one of the charges"
+    page.fill("#input-text", text)
+    page.keyboard.press("Control+Enter")
+    page.wait_for_selector("#results:not([hidden])", timeout=60_000)
+
+    # Coherence: a choice field against its options reversed and rotated and asked alone; a boolean against its negation.
+    for field, checks in (("team", ["order", "order", "alone"]), ("refund", ["alone", "negation"])):
+        page.select_option("#coherence-field", field)
+        page.click("#check-coherence")
+        page.wait_for_function(f"() => document.getElementById('coherence-summary').textContent.startsWith('{field} ')",
+                               timeout=60_000)
+        reply = api(port, "/v1/rubrics/coherence", {"rubric": example, "text": text, "field": field}).body
+        shown = page.evaluate("""() => [...document.querySelectorAll('#coherence-table tbody tr')].map((row) =>
+            ({check: row.dataset.check, gap: Number(row.querySelector('.gap').dataset.gap), text: row.textContent}))""")
+        assert [row["check"] for row in shown] == checks
+        for row, check in zip(shown, reply["checks"]):
+            assert row["gap"] == pytest.approx(check["gap"], abs=1e-6)
+    assert "Whether it is NOT the case that the customer asks for money back" in shown[-1]["text"]
+    assert "NOT the case that" in page.text_content("#coherence-note")
+
+    # Eval: the dropped (here: chosen) file's rows scored by POST /v1/rubrics/eval, drawn as tables and SVG.
+    page.set_input_files("#eval-file", files=[{"name": "labelled.csv", "mimeType": "text/csv", "buffer": EVAL_CSV.encode()}])
+    page.wait_for_selector("#eval-view:not([hidden]), #error:not([hidden])", timeout=60_000)
+    assert page.locator("#eval-view").is_visible(), page.text_content("#error")
+    rows = [dict(zip(["text", "refund", "team", "urgency", "note"], line)) for line in (
+        ("I was charged twice, refund the duplicate", "true", "billing", "2", "a"),
+        ("my parcel never arrived", "false", "shipping", "1", "b"),
+        ("I cannot log in since this morning", "false", "technical", "3", "c"),
+        ("the invoice shows the wrong amount, please fix", "false", "billing", "1", "d"))]
+    figures = api(port, "/v1/rubrics/eval", {"rubric": example, "rows": rows}).body
+    assert page.text_content("#eval-summary") == ("labelled.csv: 4 rows · 3 labelled fields · 0 row errors · "
+                                                  "columns not read: note")
+    for name, summary in figures["fields"].items():
+        section = page.locator(f"#eval-fields .eval-field[data-field='{name}']")
+        assert section.locator("dd[data-fact='accuracy']").text_content() == f"{summary['accuracy']:.3f}"
+        counts = section.locator("table.confusion tbody td").all_text_contents()
+        assert [int(count) for count in counts] == [count for row in summary["confusion"]["counts"] for count in row]
+        assert section.locator("svg.chart").count() == 2
+        drawn = sum(1 for b in summary["reliability"] if b["count"] and b["accuracy"] is not None)
+        assert section.locator("svg.chart rect.bin").count() == drawn
+        assert section.locator("svg.chart circle.point").count() == sum(
+            1 for p in summary["coverage_curve"] if p["coverage"] is not None and p["accuracy"] is not None)
+    page.screenshot(path=str(screenshots / "08-eval.png"), full_page=True)
+    page.locator("#eval-view").screenshot(path=str(screenshots / "09-eval-figures.png"))
+
+    # Copy as: YAML and a @decision class that read back as the rubric; the requests the server answers.
+    copied = {}
+    for what in ("yaml", "python", "systemone", "decisions"):
+        page.click(f"#copy-{what}")
+        page.wait_for_function(f"() => document.getElementById('curl-text').dataset.format === '{what}'")
+        copied[what] = page.text_content("#curl-text")
+    rubric = loads_rubric(example)
+    assert loads_rubric(copied["yaml"]) == rubric
+    scope: dict = {"__name__": "copied"}
+    exec(compile(copied["python"], "copied", "exec", dont_inherit=True), scope)  # noqa: S102 - the page's copy
+    assert rubric_of(scope["Tickets"]) == rubric
+    for route, what in (("/v1/systemone", "systemone"), ("/v1/decisions", "decisions")):
+        reply = api(port, route, json.loads(copied[what]))
+        assert reply.status == 200, (route, reply.body)
+    assert KEY not in "".join(copied.values())
+
+
+def test_markup_stays_text_in_compare_coherence_and_eval(page, screenshots):
+    unlock(page)
+    page.fill("#rubric-yaml", HOSTILE_RUBRIC)
+    page.fill("#input-text", MARKUP)
+    page.keyboard.press("Control+Enter")
+    page.wait_for_selector("#results:not([hidden])", timeout=60_000)
+    page.click("#compare")  # the example rubric as loaded, against the hostile one
+    page.wait_for_selector("#compare-view:not([hidden])", timeout=60_000)
+    assert page.locator("#compare-table tr[data-field='verdict']").count() == 1
+    page.select_option("#coherence-field", "verdict")
+    page.click("#check-coherence")
+    page.wait_for_function("() => document.getElementById('coherence-summary').textContent.startsWith('verdict ')",
+                           timeout=60_000)
+    assert "<img src=x onerror=alert(3)>" in page.text_content("#coherence-table")
+    labelled = f'text,verdict\n"{MARKUP.replace(chr(34), chr(34) * 2)}","<img src=x onerror=alert(3)>"\n'
+    page.set_input_files("#eval-file", files=[{"name": "<b>x</b>.csv", "mimeType": "text/csv", "buffer": labelled.encode()}])
+    page.wait_for_selector("#eval-view:not([hidden])", timeout=60_000)
+    assert page.text_content("#eval-summary").startswith("<b>x</b>.csv: 1 row")
+    assert "<img src=x onerror=alert(3)>" in page.text_content("#eval-fields")
+    page.click("#copy-python")
+    page.wait_for_function("() => document.getElementById('curl-text').dataset.format === 'python'")
+    no_injected_markup(page)
+    too_many = "text,verdict\n" + "".join(f"row {i},x\n" for i in range(101))
+    page.set_input_files("#eval-file", files=[{"name": "many.csv", "mimeType": "text/csv", "buffer": too_many.encode()}])
+    page.wait_for_function("() => document.getElementById('status').textContent.startsWith('Refused')")
+    assert page.text_content("#error-summary").startswith("400 DataError at rows: at most 100 rows")
+    no_injected_markup(page)

@@ -84,15 +84,21 @@ def test_the_script_never_parses_text_as_html():
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "createContextualFragment",
                  "DOMParser", "eval(", "new Function", "setTimeout(\"", "srcdoc", ".src =", ".href ="):
         assert sink not in code, f"playground.js uses {sink}"
-    # Attributes are set with fixed names only: never an event handler, never one named by data.
+    # Attributes are set with fixed names only: never an event handler, never one named by data. The charts' one
+    # `setAttribute(key, ...)` takes only the names of a fixed list, checked before it is called.
     for name in re.findall(r"setAttribute\(([^,]+),", code):
-        assert re.fullmatch(r'"(aria-[a-z]+|role)"', name.strip()), name
+        assert re.fullmatch(r'"(aria-[a-z]+|role|scope)"|key', name.strip()), name
+    allowed = re.search(r"const SVG_ATTRIBUTES = new Set\(\[([^\]]*)\]\)", code)
+    assert allowed and "if (!SVG_ATTRIBUTES.has(key)) throw" in code
+    names = re.findall(r'"([^"]+)"', allowed.group(1))
+    assert names and not [name for name in names if name.lower().startswith("on") or "href" in name.lower() or name == "style"]
     assert "localStorage" not in code and "sessionStorage" not in code and "document.cookie" not in code
 
 
 def test_the_page_has_no_inline_script_style_or_handler_and_loads_nothing_from_elsewhere():
     for name in ("index.html", "playground.js", "playground.css"):
         text = (PAGE / name).read_text(encoding="utf-8")
+        text = text.replace('"http://www.w3.org/2000/svg"', "")  # the SVG namespace's name, never fetched
         assert not re.search(r"https?://", text), f"{name} refers to another origin"
     css = (PAGE / "playground.css").read_text(encoding="utf-8")
     assert "@import" not in css and "url(" not in css
@@ -105,20 +111,24 @@ def test_the_page_has_no_inline_script_style_or_handler_and_loads_nothing_from_e
 def test_every_control_has_a_label_and_the_buttons_are_real_buttons():
     html = (PAGE / "index.html").read_text(encoding="utf-8")
     controls = re.findall(r'<(?:input|select|textarea)\b[^>]*\bid="([^"]+)"', html)
-    assert controls == ["api-key", "rubric-choice", "rubric-yaml", "input-text"]
+    assert controls == ["api-key", "rubric-choice", "rubric-yaml", "input-text", "compare-threshold", "coherence-field",
+                        "eval-file"]
     for control in controls:
         assert f'<label for="{control}">' in html, control
     assert 'type="password"' in html and 'autocomplete="off"' in html
-    assert len(re.findall(r"<button\b[^>]*\btype=", html)) == len(re.findall(r"<button\b", html)) == 3
+    assert len(re.findall(r"<button\b[^>]*\btype=", html)) == len(re.findall(r"<button\b", html)) == 10
     assert "tabindex=\"-" not in html
 
 
 def test_the_script_calls_only_routes_the_app_has(open_client):
     code = script()
     called = set(re.findall(r'"(/v1/[^"]*)"', code))
-    assert called == {"/v1/rubrics/decide", "/v1/rubrics", "/v1/rubrics/"}
+    assert called == {"/v1/rubrics/decide", "/v1/rubrics", "/v1/rubrics/", "/v1/rubrics/export", "/v1/rubrics/coherence",
+                      "/v1/rubrics/eval"}
+    assert '"/yaml"' in code and '"/decide"' in code
     app_paths = {route.path for route in open_client.app.routes}
-    assert {"/v1/rubrics/decide", "/v1/rubrics", "/v1/rubrics/{name}/decide"} <= app_paths
+    assert {"/v1/rubrics/decide", "/v1/rubrics", "/v1/rubrics/{name}/decide", "/v1/rubrics/{name}/yaml",
+            "/v1/rubrics/export", "/v1/rubrics/coherence", "/v1/rubrics/eval"} <= app_paths
 
 
 def test_the_wheel_carries_every_file_of_the_page():

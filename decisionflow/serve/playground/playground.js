@@ -26,10 +26,16 @@
     "",
   ].join("\n");
   const INLINE_ROUTE = "/v1/rubrics/decide";
+  const SVG = "http://www.w3.org/2000/svg"; // the SVG namespace's name (nothing is fetched from it)
+  // The only attributes the charts set: geometry, class, accessible names. Never a handler, never a link.
+  const SVG_ATTRIBUTES = new Set(["width", "height", "viewBox", "role", "aria-label", "class", "x", "y", "x1", "y1",
+                                  "x2", "y2", "d", "points", "cx", "cy", "r"]);
 
   const $ = (id) => document.getElementById(id);
   let served = []; // what GET /v1/rubrics listed
   let running = false;
+  let baselineYaml = EXAMPLE_RUBRIC; // the "before" of Compare: the YAML as it was last loaded
+  let baselineName = ""; // ... decided by name (already prepared, its calibration and heads applied) when it was a served rubric's
 
   // -- building elements (text only) ----------------------------------------------------------
 
@@ -197,7 +203,426 @@
     if (typeof stats.input_tokens === "number") parts.push(counted(stats.input_tokens, "input token"));
     $("results-summary").textContent = parts.join(" · ");
     $("results-summary").dataset.elapsedMs = String(Math.round(elapsedMs));
+    fillFields(results);
     $("results").hidden = false;
+  }
+
+
+  // -- calls of the other routes ---------------------------------------------------------------
+
+  async function call(path, body) {
+    const began = performance.now();
+    const response = await fetch(path, {
+      method: body === undefined ? "GET" : "POST", headers: headers(true), credentials: "omit",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const reply = await readReply(response);
+    return { ok: response.ok && reply && typeof reply === "object", status: response.status, body: reply,
+             elapsed: performance.now() - began };
+  }
+
+  async function guarded(what, work) {
+    if (running) return;
+    running = true;
+    $("status").textContent = what + "…";
+    try {
+      await work();
+    } catch (failure) {
+      showError(null, "could not reach the server: " + shown(failure && failure.message));
+      $("status").textContent = "No answer.";
+    } finally {
+      running = false;
+    }
+  }
+
+  function refused(reply) {
+    showError(reply.status, reply.body);
+    $("status").textContent = "Refused (" + reply.status + ").";
+  }
+
+  // The rubric's YAML: the editor's, or the served rubric's (GET /v1/rubrics/{name}/yaml). Null when refused.
+  async function rubricYaml() {
+    const name = $("rubric-choice").value;
+    if (!name) return $("rubric-yaml").value;
+    const reply = await call("/v1/rubrics/" + encodeURIComponent(name) + "/yaml");
+    if (!reply.ok) {
+      refused(reply);
+      return null;
+    }
+    return reply.body.yaml;
+  }
+
+  async function loadYaml() {
+    const name = $("rubric-choice").value;
+    if (!name) {
+      $("status").textContent = "Choose a served rubric to edit its YAML.";
+      return;
+    }
+    await guarded("Loading " + name + "'s YAML", async () => {
+      const reply = await call("/v1/rubrics/" + encodeURIComponent(name) + "/yaml");
+      if (!reply.ok) return refused(reply);
+      hideError();
+      $("rubric-yaml").value = reply.body.yaml;
+      baselineYaml = reply.body.yaml;
+      baselineName = name;
+      $("rubric-choice").value = "";
+      describeChoice();
+      $("status").textContent = "Loaded " + name + "'s YAML into the editor: Run sends it inline (zero-shot); Compare runs it against your edits.";
+    });
+  }
+
+  // -- compare -----------------------------------------------------------------------------------
+
+  function topOf(result) {
+    if (!result) return null;
+    const probabilities = result.probabilities || {};
+    return { value: result.asked === false ? "not asked" : shown(result.value), probabilities: probabilities,
+             p: probabilities[shown(result.value)] };
+  }
+
+  function cell(row, text, className) {
+    const td = el("td", className || null, text);
+    row.appendChild(td);
+    return td;
+  }
+
+  function showComparison(before, after, threshold) {
+    const body = $("compare-table").tBodies[0];
+    clear(body);
+    const names = Object.keys(before.fields || {});
+    for (const name of Object.keys(after.fields || {})) if (!names.includes(name)) names.push(name);
+    let changed = 0;
+    let moved = 0;
+    for (const name of names) {
+      const a = topOf((before.fields || {})[name]);
+      const b = topOf((after.fields || {})[name]);
+      const row = el("tr");
+      row.dataset.field = name;
+      cell(row, name);
+      cell(row, a ? a.value + (a.p === undefined ? "" : " (" + percent(a.p) + ")") : "absent", "before");
+      cell(row, b ? b.value + (b.p === undefined ? "" : " (" + percent(b.p) + ")") : "absent", "after");
+      let delta = null;
+      if (a && b && a.p !== undefined && b.probabilities[a.value] !== undefined) delta = b.probabilities[a.value] - a.p;
+      const movedBy = cell(row, delta === null ? "n/a" : (delta >= 0 ? "+" : "") + (100 * delta).toFixed(1) + " pts",
+                           "number moved-by");
+      movedBy.dataset.delta = delta === null ? "" : String(delta);
+      const notes = [];
+      if (!a || !b) notes.push(!a ? "only after" : "only before");
+      else if (a.value !== b.value) notes.push("answer changed");
+      if (delta !== null && Math.abs(delta) > threshold) notes.push("moved > " + percent(threshold));
+      if (notes.includes("answer changed") || !a || !b) {
+        row.classList.add("changed");
+        changed += 1;
+      }
+      if (delta !== null && Math.abs(delta) > threshold) {
+        row.classList.add("moved");
+        moved += 1;
+      }
+      cell(row, notes.join("; ") || "same", "difference");
+      body.appendChild(row);
+    }
+    $("compare-summary").textContent = counted(names.length, "field") + " · " + counted(changed, "answer") + " changed · " +
+      moved + " moved by more than " + percent(threshold);
+    $("compare-view").hidden = false;
+  }
+
+  function compare() {
+    return guarded("Comparing the YAML as loaded with the edited YAML", async () => {
+      const text = $("input-text").value;
+      const threshold = Number($("compare-threshold").value) || 0;
+      const before = baselineName
+        ? await call("/v1/rubrics/" + encodeURIComponent(baselineName) + "/decide", { text: text })
+        : await call(INLINE_ROUTE, { rubric: baselineYaml, text: text });
+      if (!before.ok) return refused(before);
+      const after = await call(INLINE_ROUTE, { rubric: $("rubric-yaml").value, text: text });
+      if (!after.ok) return refused(after);
+      hideError();
+      showComparison(before.body, after.body, threshold);
+      $("compare-summary").textContent = "Before: " + (baselineName ? baselineName + " as served" : "the YAML as loaded") +
+        "; after: the edited YAML (zero-shot). " + $("compare-summary").textContent;
+      fillFields(after.body.fields || {});
+      $("status").textContent = "Compared in " + Math.round(before.elapsed + after.elapsed) + " ms.";
+    });
+  }
+
+  // -- coherence ---------------------------------------------------------------------------------
+
+  function fillFields(fields) {
+    const choice = $("coherence-field");
+    const kept = choice.value;
+    clear(choice);
+    for (const name of Object.keys(fields)) {
+      const option = el("option", null, name);
+      option.value = name;
+      choice.appendChild(option);
+    }
+    if (Object.keys(fields).includes(kept)) choice.value = kept;
+  }
+
+  function gapText(gap) {
+    return gap === null || gap === undefined ? "n/a" : gap.toFixed(3);
+  }
+
+  function showCoherence(body) {
+    const rows = $("coherence-table").tBodies[0];
+    clear(rows);
+    for (const check of body.checks || []) {
+      const row = el("tr");
+      row.dataset.check = check.check;
+      cell(row, check.check);
+      let variant = check.variant;
+      if (check.order) variant += ": " + check.order.join(", ");
+      if (check.question) variant += ": \u201c" + check.question + "\u201d";
+      cell(row, variant);
+      let answer = check.asked === false ? "not asked" : shown(check.value);
+      if (check.check === "negation") answer += " (P(yes) " + (check.p_true_negated === null ? "n/a" : percent(check.p_true_negated)) + ")";
+      else if (typeof check.answer_probability === "number") answer += " (P(" + shown(body.value) + ") " + percent(check.answer_probability) + ")";
+      cell(row, answer);
+      const consistent = check.consistent === null || check.consistent === undefined ? "n/a" : check.consistent ? "yes" : "no";
+      cell(row, check.check === "negation" ? consistent + " (the answer flips)" : consistent + (check.check === "order" ? " (follows its option)" : " (same answer)"));
+      const gap = cell(row, gapText(check.gap), "number gap");
+      gap.dataset.gap = check.gap === null || check.gap === undefined ? "" : String(check.gap);
+      if (check.consistent === false) row.classList.add("inconsistent");
+      rows.appendChild(row);
+    }
+    const p = typeof body.answer_probability === "number" ? " (" + percent(body.answer_probability) + ")" : "";
+    $("coherence-summary").textContent = body.field + " (" + body.kind + ") in the rubric as written: " +
+      (body.asked === false ? "not asked" : shown(body.value)) + p + ". The gap of an order or alone check is the largest move of any answer's probability; of the negation, |P(yes) \u2212 (1 \u2212 P(yes to the negation))|.";
+    $("coherence-view").hidden = false;
+  }
+
+  function checkCoherence() {
+    const field = $("coherence-field").value;
+    if (!field) {
+      $("status").textContent = "Run or compare first: the fields to check are those of the last answer.";
+      return;
+    }
+    return guarded("Checking " + field, async () => {
+      const yaml = await rubricYaml();
+      if (yaml === null) return;
+      const reply = await call("/v1/rubrics/coherence", { rubric: yaml, text: $("input-text").value, field: field });
+      if (!reply.ok) return refused(reply);
+      hideError();
+      showCoherence(reply.body);
+      $("status").textContent = "Checked " + field + " in " + Math.round(reply.elapsed) + " ms.";
+    });
+  }
+
+  // -- evaluation --------------------------------------------------------------------------------
+
+  function csvRecords(text) {
+    const records = [];
+    let record = [];
+    let value = "";
+    let quoted = false;
+    for (let i = 0; i < text.length; i += 1) {
+      const c = text[i];
+      if (quoted) {
+        if (c === '"' && text[i + 1] === '"') {
+          value += '"';
+          i += 1;
+        } else if (c === '"') quoted = false;
+        else value += c;
+      } else if (c === '"') quoted = true;
+      else if (c === ",") {
+        record.push(value);
+        value = "";
+      } else if (c === "\n" || c === "\r") {
+        if (c === "\r" && text[i + 1] === "\n") i += 1;
+        record.push(value);
+        value = "";
+        if (record.length > 1 || record[0] !== "") records.push(record);
+        record = [];
+      } else value += c;
+    }
+    record.push(value);
+    if (record.length > 1 || record[0] !== "") records.push(record);
+    return records;
+  }
+
+  // The rows of a labelled file: JSONL (one object a line), a JSON list, or CSV with a header.
+  function labelledRows(name, text) {
+    const trimmed = text.trim();
+    if (/\.jsonl?$/i.test(name) || trimmed.startsWith("{") || trimmed.startsWith("[")) {
+      if (trimmed.startsWith("[")) return JSON.parse(trimmed);
+      return trimmed.split(/\r?\n/).filter((line) => line.trim()).map((line) => JSON.parse(line));
+    }
+    const [header, ...records] = csvRecords(text.replace(/^\uFEFF/, ""));
+    if (!header) return [];
+    return records.map((record) => Object.fromEntries(header.map((column, i) => [column.trim(), record[i] === undefined ? "" : record[i]])));
+  }
+
+  function svgNode(tag, attributes, text) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [key, value] of Object.entries(attributes || {})) {
+      if (!SVG_ATTRIBUTES.has(key)) throw new Error("not an attribute of the charts: " + key);
+      node.setAttribute(key, String(value));
+    }
+    if (text !== undefined) node.textContent = String(text);
+    return node;
+  }
+
+  // A unit square chart (x and y from 0 to 1) with its axes and labels; `draw(x, y)` maps data to the plot.
+  function chart(label, xLabel, yLabel, draw, diagonal) {
+    const size = 220;
+    const pad = 30;
+    const svg = svgNode("svg", { width: size + pad + 10, height: size + pad + 10, viewBox: "0 0 " + (size + pad + 10) + " " + (size + pad + 10),
+                                 role: "img", "aria-label": label, class: "chart" });
+    const x = (v) => pad + v * size;
+    const y = (v) => 10 + (1 - v) * size;
+    if (diagonal) svg.appendChild(svgNode("line", { x1: x(0), y1: y(0), x2: x(1), y2: y(1), class: "diagonal" }));
+    svg.appendChild(svgNode("path", { d: "M" + x(0) + " " + y(1) + " V" + y(0) + " H" + x(1), class: "axis" }));
+    for (const tick of [0, 0.5, 1]) {
+      svg.appendChild(svgNode("text", { x: x(tick) - 6, y: y(0) + 14 }, tick));
+      svg.appendChild(svgNode("text", { x: 4, y: y(tick) + 3 }, tick));
+    }
+    svg.appendChild(svgNode("text", { x: x(0.5) - 25, y: y(0) + 26 }, xLabel));
+    svg.appendChild(svgNode("text", { x: x(0) + 4, y: y(1) + 10 }, yLabel));
+    draw(svg, x, y);
+    return svg;
+  }
+
+  function figure(svg, caption) {
+    const node = el("figure");
+    node.appendChild(svg);
+    node.appendChild(el("figcaption", null, caption));
+    return node;
+  }
+
+  function reliabilityDiagram(name, bins) {
+    return chart(name + ": reliability diagram", "confidence", "accuracy", (svg, x, y) => {
+      for (const bin of bins) {
+        if (!bin.count || bin.accuracy === null) continue;
+        const bar = svgNode("rect", { x: x(bin.lower) + 1, y: y(bin.accuracy), width: Math.max(1, x(bin.upper) - x(bin.lower) - 2),
+                                      height: y(0) - y(bin.accuracy), class: "bin" });
+        bar.appendChild(svgNode("title", {}, bin.count + " rows, confidence " + bin.confidence.toFixed(2) + ", accuracy " + bin.accuracy.toFixed(2)));
+        svg.appendChild(bar);
+      }
+    }, true);
+  }
+
+  function coverageCurve(name, curve) {
+    const points = curve.filter((point) => point.coverage !== null && point.accuracy !== null);
+    return chart(name + ": accuracy against coverage", "coverage", "accuracy", (svg, x, y) => {
+      if (points.length) {
+        svg.appendChild(svgNode("polyline", { points: points.map((p) => x(p.coverage) + "," + y(p.accuracy)).join(" "), class: "curve" }));
+      }
+      for (const point of points) {
+        const dot = svgNode("circle", { cx: x(point.coverage), cy: y(point.accuracy), r: 3, class: "point" });
+        dot.appendChild(svgNode("title", {}, "confidence \u2265 " + point.threshold + ": coverage " + percent(point.coverage) + ", accuracy " + percent(point.accuracy)));
+        svg.appendChild(dot);
+      }
+    });
+  }
+
+  function figureOf(value, digits) {
+    return typeof value === "number" ? value.toFixed(digits === undefined ? 3 : digits) : "n/a";
+  }
+
+  function confusionTable(confusion) {
+    const table = el("table", "confusion");
+    const head = el("tr");
+    head.appendChild(el("th", null, "gold \u2193 / answer \u2192"));
+    for (const label of confusion.predicted) head.appendChild(el("th", null, label));
+    const thead = el("thead");
+    thead.appendChild(head);
+    table.appendChild(thead);
+    const tbody = el("tbody");
+    confusion.counts.forEach((counts, i) => {
+      const row = el("tr");
+      const th = el("th", null, confusion.gold[i]);
+      th.setAttribute("scope", "row");
+      row.appendChild(th);
+      counts.forEach((count) => cell(row, String(count), "number"));
+      tbody.appendChild(row);
+    });
+    table.appendChild(tbody);
+    return table;
+  }
+
+  function showEvaluation(fileName, body) {
+    const box = $("eval-fields");
+    clear(box);
+    for (const [name, summary] of Object.entries(body.fields || {})) {
+      const section = el("section", "eval-field");
+      section.dataset.field = name;
+      section.appendChild(el("h3", null, name));
+      const facts = el("dl", "facts");
+      fact(facts, "rows", String(summary.n));
+      fact(facts, "accuracy", figureOf(summary.accuracy));
+      fact(facts, "macro-F1", figureOf(summary.macro_f1));
+      fact(facts, "ECE", figureOf(summary.ece));
+      fact(facts, "coverage", figureOf(summary.abstention && summary.abstention.coverage));
+      section.appendChild(facts);
+      section.appendChild(confusionTable(summary.confusion));
+      section.appendChild(figure(reliabilityDiagram(name, summary.reliability || []),
+        "Reliability: each bar is a confidence bin, its height the accuracy there; the dashed line is perfect calibration."));
+      section.appendChild(figure(coverageCurve(name, summary.coverage_curve || []),
+        "Abstention: answering only above a confidence threshold (0 to 1 by 0.05), the accuracy against the share answered."));
+      box.appendChild(section);
+    }
+    const ignored = (body.ignored_columns || []).length ? " · columns not read: " + body.ignored_columns.join(", ") : "";
+    $("eval-summary").textContent = fileName + ": " + counted(body.rows, "row") + " · " + counted(Object.keys(body.fields || {}).length, "labelled field") +
+      " · " + counted(body.errors, "row error") + ignored;
+    $("eval-view").hidden = false;
+  }
+
+  function evaluateFile(file) {
+    if (!file) return;
+    return guarded("Evaluating on " + file.name, async () => {
+      let rows;
+      try {
+        rows = labelledRows(file.name, await file.text());
+      } catch (failure) {
+        showError(null, file.name + " could not be read: " + shown(failure && failure.message));
+        $("status").textContent = "Not evaluated.";
+        return;
+      }
+      const yaml = await rubricYaml();
+      if (yaml === null) return;
+      const reply = await call("/v1/rubrics/eval", { rubric: yaml, rows: rows });
+      if (!reply.ok) return refused(reply);
+      hideError();
+      showEvaluation(file.name, reply.body);
+      $("status").textContent = "Evaluated " + counted(rows.length, "row") + " in " + Math.round(reply.elapsed) + " ms.";
+    });
+  }
+
+  // -- copy as -------------------------------------------------------------------------------------
+
+  const COPIES = {
+    yaml: ["The rubric as YAML", (body) => body.yaml],
+    python: ["The rubric as a pydantic class (@decision)", (body) => body.python || "# " + body.python_problem],
+    systemone: ["The input as a POST /v1/systemone request", (body) => JSON.stringify(body.systemone, null, 2)],
+    decisions: ["The input as a POST /v1/decisions request", (body) => JSON.stringify(body.decisions, null, 2)],
+  };
+
+  async function showCopy(title, text, what) {
+    $("curl-title").textContent = title;
+    $("curl-text").textContent = text;
+    $("curl-text").dataset.format = what;
+    $("curl-view").hidden = false;
+    try {
+      await navigator.clipboard.writeText(text);
+      $("status").textContent = "Copied " + title.charAt(0).toLowerCase() + title.slice(1) + ".";
+    } catch (_) {
+      $("status").textContent = title + " is shown below; select it to copy.";
+    }
+  }
+
+  function copyAs(what) {
+    return guarded("Writing the rubric as " + what, async () => {
+      const name = $("rubric-choice").value;
+      const request = name ? { name: name, text: $("input-text").value } : { rubric: $("rubric-yaml").value, text: $("input-text").value };
+      const reply = await call("/v1/rubrics/export", request);
+      if (!reply.ok) return refused(reply);
+      hideError();
+      const [title, text] = COPIES[what];
+      await showCopy(title, text(reply.body), what);
+      if (reply.body.notes && reply.body.notes.length && what !== "yaml" && what !== "python") {
+        $("status").textContent += " Note: " + reply.body.notes.join("; ") + ".";
+      }
+    });
   }
 
   // -- actions -----------------------------------------------------------------------------------
@@ -274,14 +699,9 @@
   }
 
   async function copyCurl() {
-    const text = curlOf(currentRequest());
-    $("curl-text").textContent = text;
-    $("curl-view").hidden = false;
-    try {
-      await navigator.clipboard.writeText(text);
+    await showCopy("The request as curl", curlOf(currentRequest()), "curl");
+    if ($("status").textContent.startsWith("Copied")) {
       $("status").textContent = "Copied the request as curl (the key is left as $DECISIONFLOW_API_KEY).";
-    } catch (_) {
-      $("status").textContent = "The request as curl is shown below; select it to copy.";
     }
   }
 
@@ -299,6 +719,22 @@
     $("reload-rubrics").addEventListener("click", loadRubrics);
     $("api-key").addEventListener("change", loadRubrics);
     $("copy-curl").addEventListener("click", copyCurl);
+    for (const what of Object.keys(COPIES)) $("copy-" + what).addEventListener("click", () => copyAs(what));
+    $("load-yaml").addEventListener("click", loadYaml);
+    $("compare").addEventListener("click", compare);
+    $("check-coherence").addEventListener("click", checkCoherence);
+    $("eval-file").addEventListener("change", () => evaluateFile($("eval-file").files[0]));
+    const drop = $("eval-drop");
+    drop.addEventListener("dragover", (event) => {
+      event.preventDefault();
+      drop.classList.add("over");
+    });
+    drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+    drop.addEventListener("drop", (event) => {
+      event.preventDefault();
+      drop.classList.remove("over");
+      evaluateFile(event.dataTransfer && event.dataTransfer.files[0]);
+    });
     document.addEventListener("keydown", (event) => {
       if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
         event.preventDefault();
