@@ -1,7 +1,9 @@
 """The playground in a real browser (Debian's chromium driven by Playwright) against a live server with the bundled
 model and an API key: the shipped support-triage workflow run on a ticket shows what the API answers for the same
-request; a broken YAML rubric shows its located error as text; markup typed into the input and the rubric creates
-no element and no dialog. Each view is written as a PNG to `out/playground/` (override with
+request; the workflow's YAML, loaded and edited, compares with the served workflow field by field; the coherence
+checks, an evaluation of a labelled file and the copies as YAML, a class and two requests show what their routes
+answer; a broken YAML rubric shows its located error as text; markup typed into the input, the rubric and a labelled
+file creates no element and no dialog. Each view is written as a PNG to `out/playground/` (override with
 `$DECISIONFLOW_PLAYGROUND_SCREENSHOTS`) for inspection.
 
 chromium comes from apt (`scripts/setup.sh` installs it: `apt-get install -y --no-install-recommends chromium`),
@@ -378,7 +380,11 @@ def test_markup_stays_text_in_compare_coherence_and_eval(page, screenshots):
     page.wait_for_function("() => document.getElementById('curl-text').dataset.format === 'python'")
     no_injected_markup(page)
     too_many = "text,verdict\n" + "".join(f"row {i},x\n" for i in range(101))
-    page.set_input_files("#eval-file", files=[{"name": "many.csv", "mimeType": "text/csv", "buffer": too_many.encode()}])
+    page.evaluate("""(text) => {  // dropped on the box, as a file dragged from the desktop is
+        const dropped = new DataTransfer();
+        dropped.items.add(new File([text], 'many.csv', {type: 'text/csv'}));
+        document.getElementById('eval-drop').dispatchEvent(new DragEvent('drop', {dataTransfer: dropped, bubbles: true}));
+    }""", too_many)
     page.wait_for_function("() => document.getElementById('status').textContent.startsWith('Refused')")
     assert page.text_content("#error-summary").startswith("400 DataError at rows: at most 100 rows")
     no_injected_markup(page)
