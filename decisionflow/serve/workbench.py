@@ -299,7 +299,10 @@ def parse_eval(body: Any, limits: Limits) -> tuple[Rubric, list[dict[str, Any]]]
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
             raise Located(DataError(f"a row must be an object, got {json_type(row)}"), f"rows[{index}]")
-        _input(row)  # raises at `text`: placed below
+        try:
+            _input(row)
+        except Located as refused:
+            raise Located(refused.error, f"rows[{index}].{refused.field}") from None
     rubric = read_rubric(text, limits)
     return rubric, rows
 
@@ -372,7 +375,7 @@ def add_workbench_routes(app: Any, service: Any, inline: Any, limits: Limits, *,
         """A served rubric as YAML: `{"name", "yaml"}`."""
         try:
             return json_answer(served_yaml(registry, name))
-        except HttpRefusal as error:
+        except Exception as error:  # noqa: BLE001 - a rubric YAML cannot write (a derived rule in Python) is refused as such
             return refused(request, error)
 
     @app.post("/v1/rubrics/export")

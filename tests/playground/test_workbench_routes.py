@@ -132,7 +132,7 @@ def test_eval_refuses_rows_over_the_limit_in_one_located_400(client):
     assert reply.status == 400 and reply.body["error"]["field"] == "rows"
     assert f"at most {MAX_EVAL_ROWS} rows" in reply.body["error"]["message"]
     bad = post(client, "/v1/rubrics/eval", {"rubric": TICKETS, "rows": [{"text": 3}]})
-    assert bad.status == 400 and bad.body["error"]["field"] == "text"
+    assert bad.status == 400 and bad.body["error"]["field"] == "rows[0].text"
 
 
 @pytest.mark.parametrize("path", ["/v1/rubrics/export", "/v1/rubrics/coherence", "/v1/rubrics/eval"])
