@@ -65,6 +65,8 @@ from .spec.declare import model_for
 if TYPE_CHECKING:
     from .compiler import CompiledRubric, ReadMode, compile_rubric
     from .fitting import FitResult, fit_heads
+    from .fitting.tuning import TuneResult, tune_adapter
+    from .runtime.adapter import Adapter
     from .runtime.engine import Engine, EngineOptions
     from .runtime.heads.fitted import Heads
     from .runtime.model.loading import LoadedModel, load_model, load_tokenizer
@@ -84,6 +86,9 @@ _LAZY = {
     "FieldCalibration": ".runtime.readout.calibration",
     "FitResult": ".fitting",
     "fit_heads": ".fitting",
+    "TuneResult": ".fitting.tuning",
+    "tune_adapter": ".fitting.tuning",
+    "Adapter": ".runtime.adapter",
     "CompiledRubric": ".compiler",
     "ReadMode": ".compiler",
     "compile_rubric": ".compiler",
@@ -92,13 +97,14 @@ _LAZY = {
 `import decisionflow` stays as light as declaring and validating are."""
 
 __all__ = [
-    "AnswerFormat", "Calibration", "CalibrationError", "ClusterError", "CompileError", "CompiledRubric", "Condition",
+    "Adapter", "AnswerFormat", "Calibration", "CalibrationError", "ClusterError", "CompileError", "CompiledRubric", "Condition",
     "ContextLengthError", "DataError", "Decision", "DecisionflowError", "Engine", "EngineOptions",
     "FieldCalibration", "FieldKind", "FieldResult", "FieldSpec", "FitResult", "Heads", "HeadsError", "InputError",
     "LoadedModel", "ModelError", "Plan", "Problem", "ReadMode", "ResultError", "Round", "Rubric", "RubricError",
     "SchemaError", "SchemaRubric", "Unavailable", "ask", "compile_rubric", "decision", "derive", "dump_rubric",
     "fit_heads", "from_json_schema", "is_decision", "load_model", "load_rubric", "load_tokenizer", "loads_rubric",
-    "make_plan", "model_for", "resolve_rubric", "resolve_target", "rubric_of", "save_rubric", "typed_model",
+    "make_plan", "model_for", "resolve_rubric", "resolve_target", "rubric_of", "save_rubric", "tune_adapter", "TuneResult",
+    "typed_model",
 ]
 
 

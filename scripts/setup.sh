@@ -11,8 +11,9 @@ pip install "torch==2.13.0"
 # triton: the fused kernels, which the tests run on CPU under Triton's interpreter; serve: FastAPI,
 # uvicorn and prometheus-client for `decisionflow serve`; ray: Ray Data (with pandas and pyarrow, ~300 MB)
 # for `run --engine ray` and Parquet input; clients: the openai SDK and LangChain, which the tests of
-# `/v1/chat/completions` and `/v1/decisions` call the server with, and instructor's dependencies.
-pip install -e ".[dev,bench,triton,serve,ray,clients]"
+# `/v1/chat/completions` and `/v1/decisions` call the server with, and instructor's dependencies; tune: peft,
+# which `decisionflow tune` fits LoRA adapters with.
+pip install -e ".[dev,bench,triton,serve,ray,clients,tune]"
 # instructor 1.17 pins jiter<0.15 while openai 3.63 (the first with `client.decisions`) needs jiter>=0.16; it works
 # with openai 3.63 in practice (tests/serve/test_openai_chat.py), so it goes in without its pins (its other
 # dependencies come with the `clients` extra).

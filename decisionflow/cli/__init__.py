@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from . import bench, fit, models, playground, quality, rubrics, run, serve
+from . import bench, fit, models, playground, quality, rubrics, run, serve, tune
 from .common import Settings
 
 app = typer.Typer(
@@ -54,6 +54,7 @@ app.command()(run.run)
 app.command("eval")(quality.eval_command)
 app.command("calibrate")(quality.calibrate_command)
 app.command("fit")(fit.fit_command)
+app.command("tune")(tune.tune_command)
 app.command("bench")(bench.bench_command)
 app.command("serve")(serve.serve_command)
 app.command("playground")(playground.playground_command)

@@ -198,6 +198,34 @@ def chosen_heads(rubric_ref: str, path: Path | None, off: bool, rubric: Rubric |
     return heads, path
 
 
+AdapterOption = Annotated[
+    Path | None,
+    typer.Option("--adapter", help="A LoRA adapter from `decisionflow tune` (default: NAME.adapter.safetensors beside a "
+                 "YAML rubric, if any), merged into the model's weights.", show_default=False),
+]
+NoAdapterOption = Annotated[
+    bool, typer.Option("--no-adapter", help="Read the model as it is, even where a tuned adapter is found.")
+]
+
+
+def chosen_adapter(rubric_ref: str, path: Path | None, off: bool) -> tuple[Any, Path | None]:
+    """The LoRA adapter a command merges, and its file: none with `off`, `path` when given (it must exist),
+    else the file saved beside a YAML rubric, else none. Read (and a damaged file refused) before the model loads."""
+    from ..runtime.adapter import Adapter, adapter_path_for
+
+    if off:
+        if path is not None:
+            raise DataError("give --adapter or --no-adapter, not both")
+        return None, None
+    if path is None:
+        found = rubric_file(rubric_ref)
+        beside = adapter_path_for(found) if found is not None else None
+        path = beside if beside is not None and beside.is_file() else None
+        if path is None:
+            return None, None
+    return Adapter.load(path), path
+
+
 def saved_beside(err: Console, rubric_ref: str, what: str, path_for: Callable[[Path], Path]) -> Path:
     """Where `fit` or `calibrate` saves `what` when no --output is given: beside the YAML rubric the
     reference names (`path_for(file)`). Exit 2 with one `error:` line where there is no such folder to
@@ -256,7 +284,7 @@ def check_calibration(calibration: Any, file: Path | None, rubric: Rubric, heads
 
 def load_engine(
     err: Console, *, model: str | None, exact: bool = False, pin: bool | None = None, threads: int | None = None,
-    device: str = "auto", dtype: str = "auto", loader: str = "auto", pack_weights: bool = True,
+    device: str = "auto", dtype: str = "auto", loader: str = "auto", pack_weights: bool = True, adapter: Any = None,
 ) -> Any:
     """Load the engine with a status line saying what is happening (converting, reading the cache).
     `loader="transformers"` where the command generates text with the model (see `Engine.load`)."""
@@ -268,7 +296,7 @@ def load_engine(
     with err.status("loading the model") as status:
         return Engine.load(
             model, device=device, dtype=dtype, threads=threads, mode="exact" if exact else "branch", pin_first=pin,
-            status=lambda message: status.update(message), loader=loader, pack_weights=pack_weights,
+            status=lambda message: status.update(message), loader=loader, pack_weights=pack_weights, adapter=adapter,
         )
 
 

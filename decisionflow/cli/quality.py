@@ -24,17 +24,20 @@ from ..quality.labelled import (
 )
 from ..spec.text import listing
 from .common import (
+    AdapterOption,
     CalibrationOption,
     DeviceOption,
     DtypeOption,
     HeadsOption,
     LoaderOption,
     ModelOption,
+    NoAdapterOption,
     NoCalibrationOption,
     NoHeadsOption,
     RubricRef,
     ThreadsOption,
     check_calibration,
+    chosen_adapter,
     chosen_calibration,
     chosen_heads,
     count,
@@ -115,6 +118,8 @@ def eval_command(
     out: Annotated[Path | None, typer.Option("--out", help="Write eval.json, eval.md, rows.jsonl and reliability.png here.", show_default=False)] = None,
     heads_path: HeadsOption = None,
     no_heads: NoHeadsOption = False,
+    adapter_path: AdapterOption = None,
+    no_adapter: NoAdapterOption = False,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
@@ -149,9 +154,13 @@ def eval_command(
     if base is not None:
         guarded(ctx, err, lambda: check_calibration(base, base_file, rubric, heads))
         say(err, f"calibration: {base_file} ({', '.join(base.fields)})")
+    adapter, _ = (None, None) if raw else guarded(ctx, err, lambda: chosen_adapter(rubric_ref, adapter_path, no_adapter))
     fitting_rows = _fitting_rows(heads, chosen)
     calibration = with_thresholds(base, rubric, fields[0], min_mass=min_mass, min_probability=min_probability)
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader, generates="json" in baselines))
+    if adapter is not None:
+        engine = guarded(ctx, err, lambda: engine.with_adapter(adapter))
+        say(err, f"adapter: {adapter.describe()}")
     if heads is not None:
         guarded(ctx, err, lambda: engine.check_heads(heads, target))
         say(err, f"heads: {heads_file} (fitted: {', '.join(heads.fitted_fields) or 'none'})")

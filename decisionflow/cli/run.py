@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from .common import (
+    AdapterOption,
     CalibrationOption,
     DeviceOption,
     DtypeOption,
@@ -20,11 +21,13 @@ from .common import (
     HeadsOption,
     LoaderOption,
     ModelOption,
+    NoAdapterOption,
     NoCalibrationOption,
     NoHeadsOption,
     RubricRef,
     ThreadsOption,
     check_calibration,
+    chosen_adapter,
     chosen_calibration,
     chosen_heads,
     guarded,
@@ -91,6 +94,8 @@ def run(
     no_calibration: NoCalibrationOption = False,
     heads_path: HeadsOption = None,
     no_heads: NoHeadsOption = False,
+    adapter_path: AdapterOption = None,
+    no_adapter: NoAdapterOption = False,
     timings: Annotated[
         bool, typer.Option("--timings", help="Say where the time went (start-up, model load, compile, prefix, passes); with --json, also in the output.")
     ] = False,
@@ -118,6 +123,13 @@ def run(
     if heads is not None:
         # Answers change under fitted heads: say which file did it, and for which fields.
         say(err, f"heads: {heads_file} (fitted: {', '.join(heads.fitted_fields) or 'none'})")
+    adapter, _ = guarded(ctx, err, lambda: chosen_adapter(rubric_ref, adapter_path, no_adapter))
+    if adapter is not None:
+        # Answers change under a tuned adapter: say which file does it.
+        say(err, f"adapter: {adapter.describe()}")
+        if executor is Executor.ray:
+            say(err, "error: --engine ray does not merge adapters yet; run with --engine plain, or give --no-adapter")
+            raise typer.Exit(2)
     if input_path is not None:
         from ..batch.input_files import read_rows
 
@@ -139,7 +151,7 @@ def run(
     loading = time.perf_counter()
     # One text: the process ends after one request, so packing the weights would not pay for itself.
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, pin=pin, threads=threads, device=device,
-                                                   dtype=dtype, loader=loader, pack_weights=text is None))
+                                                   dtype=dtype, loader=loader, pack_weights=text is None, adapter=adapter))
     loaded = time.perf_counter()
     if heads is not None:
         guarded(ctx, err, lambda: engine.check_heads(heads, target))

@@ -7,18 +7,20 @@ import ipaddress
 import os
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ..errors import Unavailable
+from ..errors import DataError, Unavailable
 from ..serve.settings import Access, Batching, Limits, ServeSettings
 from .common import (
+    AdapterOption,
     DeviceOption,
     DtypeOption,
     ExactOption,
     LoaderOption,
     ModelOption,
+    NoAdapterOption,
     NoHeadsOption,
     ThreadsOption,
     count,
@@ -58,6 +60,8 @@ def serve_command(
                      "calibration or heads file beside a rubric is applied to its route.", show_default=False),
     ] = None,
     no_heads: NoHeadsOption = False,
+    adapter_path: AdapterOption = None,
+    no_adapter: NoAdapterOption = False,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
@@ -164,8 +168,11 @@ def serve_command(
         work_threads=work_threads,
         decisions_refusal_mass=decisions_refusal_mass,
     )
+    adapter = guarded(ctx, err, lambda: served_adapter(registry, adapter_path, no_adapter))
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, threads=threads, device=device, dtype=dtype,
-                                                   loader=loader))
+                                                   loader=loader, adapter=adapter))
+    if adapter is not None:
+        say(err, f"adapter: {adapter.describe()} (merged for every route)")
     # Checks the heads against the model, and gives the engine --batch-tokens (EngineOptions.max_batch_tokens).
     app = guarded(ctx, err, lambda: create_app(engine, registry, settings))
     for entry in registry.entries.values():
@@ -184,6 +191,34 @@ def serve_command(
                  f"{count(len(registry.entries), 'rubric')}: {', '.join(registry.entries) or 'none'})")
 
     serve(app, sock, log_level=log_level.value, on_started=announce)
+
+
+def served_adapter(registry: Any, path: Path | None, off: bool) -> Any:
+    """The one LoRA adapter the server's engine merges: none with `off`, `path` when given (for every route), else
+    the adapter beside the rubrics, which must then be one and the same beside every rubric served: one engine
+    serves one adapter, so rubrics tuned apart (or some tuned and some not) are served by separate processes."""
+    from ..errors import ModelError
+    from ..runtime.adapter import Adapter, adapter_path_for
+
+    if off:
+        if path is not None:
+            raise DataError("give --adapter or --no-adapter, not both")
+        return None
+    if path is not None:
+        return Adapter.load(path)
+    found = {name: adapter_path_for(entry.path) for name, entry in registry.entries.items()}
+    found = {name: beside for name, beside in found.items() if beside.is_file()}
+    if not found:
+        return None
+    adapters = {name: Adapter.load(beside) for name, beside in found.items()}
+    fingerprints = {adapter.fingerprint for adapter in adapters.values()}
+    untuned = [name for name in registry.entries if name not in adapters]
+    if len(fingerprints) > 1 or untuned:
+        tuned = ", ".join(f"{name} ({found[name].name})" for name in adapters)
+        raise ModelError(f"one engine serves one adapter, but rubrics differ: {tuned}"
+                         + (f"; without one: {', '.join(untuned)}" if untuned else "")
+                         + "; serve them from separate processes, or give --adapter PATH or --no-adapter")
+    return next(iter(adapters.values()))
 
 
 def _api_keys(given: list[str], variable: str) -> tuple[str, ...] | str:

@@ -28,6 +28,7 @@ from ..spec.declare import rubric_of, typed_model
 from ..spec.kinds import Reading
 from ..spec.plan import Plan
 from ..spec.rubric import Rubric
+from .adapter import Adapter
 from .executor import FreeReading, RequestState, check_fits, execute
 from .heads.fitted import Heads, prompt_fingerprint
 from .model.loading import LoadedModel, Status, cache_root, load_model
@@ -92,9 +93,16 @@ class EngineOptions:
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, *, options: EngineOptions | None = None, backend: Backend | None = None):
+    def __init__(self, loaded: LoadedModel, *, options: EngineOptions | None = None, backend: Backend | None = None,
+                 adapter: Adapter | str | Path | None = None):
         """`backend`: the passes' runner, where not the one `backend_for` picks (`check-model` gives the
-        plain-forward reference)."""
+        plain-forward reference). `adapter`: a LoRA adapter from `decisionflow tune` (or its file), merged into
+        copies of the projections it adapts (`runtime.adapter`); `loaded` itself is not changed."""
+        self.base_loaded = loaded
+        """The model as loaded, without the adapter (what `with_adapter` merges another adapter into)."""
+        self.adapter: Adapter | None = Adapter.load(adapter) if isinstance(adapter, (str, Path)) else adapter
+        if self.adapter is not None:
+            loaded = replace(loaded, model=self.adapter.merged(loaded.model))
         self.loaded = loaded
         self.options = options or EngineOptions()
         self.backend: Backend = backend if backend is not None else backend_for(loaded.model, self.options)
@@ -127,6 +135,7 @@ class Engine:
         loader: str = "auto",
         pack_weights: bool = True,
         persist_heads: bool | None = None,
+        adapter: Adapter | str | Path | None = None,
     ) -> Engine:
         """Load `model` (default: the bundled SmolLM2-135M-Instruct): a folder, a .gguf file or a hub id.
 
@@ -150,6 +159,8 @@ class Engine:
         `generic` builds it and runs every pass through its own forward (`model_forward`), the path every
         family the engine's decoder does not reproduce takes anyway. `result.stats.path` says which ran.
         `pack_weights`: see `loading.load_model` (off for a process that decides one text).
+        `adapter`: a LoRA adapter from `decisionflow tune` (or its file), merged into the weights it adapts
+        (`runtime.adapter`); refused, in one line, where the model is not the one it was tuned on.
         """
         # Argument mistakes are named before the model loads, not after (a ModelError, like a bad device,
         # dtype or loader).
@@ -157,6 +168,8 @@ class Engine:
         chosen_debias = None if debias is None else _choice("debias", debias, Debias)
         if kernels not in KERNEL_CHOICES:
             raise ModelError(f"Engine.load: unknown kernels {kernels!r}; use {', '.join(map(repr, KERNEL_CHOICES))}")
+        if isinstance(adapter, (str, Path)):
+            adapter = Adapter.load(adapter)  # a missing or damaged file is named before the model loads
         if threads:
             import torch
 
@@ -171,7 +184,12 @@ class Engine:
                                 model_forward=loader == "generic")
         if chosen_debias is not None:
             options = replace(options, debias=chosen_debias)
-        return cls(loaded, options=options)
+        return cls(loaded, options=options, adapter=adapter)
+
+    def with_adapter(self, adapter: Adapter | str | Path | None) -> Engine:
+        """An engine over the same loaded model (its weights shared, not copied) with `adapter` merged in (None:
+        none), with this engine's options and prepared rubrics of its own."""
+        return Engine(self.base_loaded, options=self.options, adapter=adapter)
 
     @property
     def tokenizer(self) -> Any:
@@ -294,7 +312,7 @@ class Engine:
     def model_fingerprint(self) -> str:
         """The loaded model's content fingerprint (what prefix caches and fitted heads are keyed by)."""
         if self._fingerprint is None:
-            self._fingerprint = model_fingerprint(self.loaded.model)
+            self._fingerprint = model_fingerprint(self.loaded.model) + self._adapted
         return self._fingerprint
 
     @property
@@ -302,8 +320,13 @@ class Engine:
         """The loaded weights' fingerprint whatever number format they are in: equal for the same checkpoint
         loaded in float32 and in bfloat16 (heads fitted in one apply in the other)."""
         if self._weights_fingerprint is None:
-            self._weights_fingerprint = weights_fingerprint(self.loaded.model)
+            self._weights_fingerprint = weights_fingerprint(self.loaded.model) + self._adapted
         return self._weights_fingerprint
+
+    @property
+    def _adapted(self) -> str:
+        """What an adapter adds to the model's fingerprints (the fingerprints sample no projection it changes)."""
+        return f"+adapter-{self.adapter.fingerprint}" if self.adapter is not None else ""
 
     # -- phases -------------------------------------------------------------------------------
 

@@ -129,7 +129,7 @@ def _options(command: str) -> list[str]:
 @pytest.mark.parametrize("command, doc", [
     ("validate", "cli.md"), ("plan", "cli.md"), ("run", "cli.md"),
     ("serve", "serving.md"), ("eval", "evaluation.md"), ("calibrate", "evaluation.md"), ("fit", "fitting.md"),
-    ("check-model", "cli.md"),
+    ("check-model", "cli.md"), ("tune", "tuning.md"),
 ])
 def test_every_option_of_a_command_is_in_its_doc(command, doc):
     text = (DOCS / doc).read_text(encoding="utf-8")

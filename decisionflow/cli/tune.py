@@ -1,0 +1,173 @@
+"""`decisionflow tune`: a LoRA adapter fitted on labelled rows, kept where it wins on held-out rows.
+
+Registered in cli.py. As for `fit`, the data, its columns and its labels are checked against the rubric before
+the model loads, and peft's absence is named with the install hint before anything heavy is read.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import DataError
+from .common import (
+    DeviceOption,
+    DtypeOption,
+    LoaderOption,
+    ModelOption,
+    RubricRef,
+    ThreadsOption,
+    count,
+    guarded,
+    load_engine,
+    load_target_and_rubric,
+    progress_bars,
+    refuse_output,
+    saved_beside,
+    say,
+    stderr,
+)
+from .fit import _examples
+
+
+def tune_command(
+    ctx: typer.Context,
+    rubric_ref: RubricRef,
+    data: Annotated[Path, typer.Option("--data", help="Labelled rows: a CSV (header row), JSONL or Parquet file.",
+                                       show_default=False)],
+    fields: Annotated[
+        str | None,
+        typer.Option("--fields", metavar="a,b", help="The labelled fields to train and judge on (default: every labelled one).",
+                     show_default=False),
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", metavar="FIELD=COLUMN", help="The column holding FIELD's labels; repeat for several "
+                     "(default: a column named after each field, else `label` for a rubric with one field).",
+                     show_default=False),
+    ] = None,
+    text_column: Annotated[str, typer.Option("--text-column", help="Column holding the input text.")] = "text",
+    max_rows: Annotated[int | None, typer.Option("--max-rows", min=2, metavar="N", help="Only the first N data rows.",
+                                                 show_default=False)] = None,
+    rank: Annotated[int, typer.Option("--rank", min=1, help="The LoRA rank.")] = 8,
+    alpha: Annotated[float, typer.Option("--alpha", min=0.0, help="The LoRA alpha (the update is scaled by alpha / rank).")] = 16.0,
+    targets: Annotated[str, typer.Option("--targets", metavar="q_proj,v_proj",
+                                         help="The projections the adapter adapts, by name.")] = "q_proj,v_proj",
+    epochs: Annotated[int, typer.Option("--epochs", min=1, metavar="N", help="Passes over the training rows.")] = 1,
+    learning_rate: Annotated[float, typer.Option("--learning-rate", min=0.0, metavar="X", help="AdamW's learning rate.")] = 5e-4,
+    batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, metavar="N", help="Rows per optimiser step.")] = 4,
+    hold_out: Annotated[float, typer.Option("--hold-out", min=0.0, max=1.0, metavar="SHARE",
+                                            help="The share of rows held out (stratified) to judge the adapter on.")] = 0.25,
+    significance: Annotated[
+        float, typer.Option("--significance", min=0.0, max=1.0, metavar="P",
+                            help="Keep the adapter only where some field is right on more held-out rows with it, McNemar's "
+                                 "p below P, and none on significantly fewer (1: any win).")
+    ] = 0.05,
+    keep: Annotated[bool, typer.Option("--keep", help="Save the adapter whatever the held-out comparison says (it is "
+                                       "still reported).")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds the adapter's start, the shuffles and the held-out rows.")] = 0,
+    skip_unknown_labels: Annotated[
+        bool, typer.Option("--skip-unknown-labels", help="Leave out labels that are not an answer of their field instead "
+                           "of refusing the file.")
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", help="Where to save the adapter (default: NAME.adapter.safetensors beside a YAML rubric "
+                     "file; required for a shipped workflow's name or module:Class).", show_default=False),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of a table.")] = False,
+    model: ModelOption = None,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
+    loader: LoaderOption = "auto",
+    threads: ThreadsOption = None,
+) -> None:
+    """Fit a LoRA adapter on labelled rows (each field's gold answer over its answers, read as the engine reads them),
+    keep it where it beats the model without it on held-out rows (McNemar p below --significance), and save it beside
+    the rubric (`run`, `eval` and `serve` merge it)."""
+    from ..fitting.tuning import peft_available, tune_examples
+    from ..runtime.adapter import adapter_path_for, save_problem
+
+    err = stderr()
+    guarded(ctx, err, peft_available)
+    output = output or saved_beside(err, rubric_ref, "adapter", adapter_path_for)
+    refuse_output(err, output, folder=False, option="--output")
+    if problem := save_problem(output):
+        say(err, f"error: --output {problem}")
+        raise typer.Exit(2)
+    target, rubric = load_target_and_rubric(ctx, rubric_ref, err)
+    chosen = guarded(ctx, err, lambda: _fields(rubric, fields))
+    chosen_targets = [t.strip() for t in targets.split(",") if t.strip()]
+    if not chosen_targets:
+        say(err, "error: --targets names no projection")
+        raise typer.Exit(1)
+    rows = f"0:{max_rows}" if max_rows is not None else None
+    examples, skipped = guarded(ctx, err, lambda: _examples(rubric, data, label or [], text_column, rows, skip_unknown_labels))
+    if chosen is not None:
+        unlabelled = [name for name in chosen if not any(name in e.labels for e in examples)]
+        if unlabelled:
+            say(err, f"error: --fields: no row labels {', '.join(map(repr, unlabelled))} (label columns are named after "
+                     "fields, or mapped with --label FIELD=COLUMN)")
+            raise typer.Exit(1)
+    if skipped:
+        say(err, f"left out {count(skipped, 'label')} that {'is' if skipped == 1 else 'are'} not an answer of its field")
+    engine = guarded(ctx, err, lambda: load_engine(err, model=model, threads=threads, device=device, dtype=dtype, loader=loader))
+    began = time.perf_counter()
+    with progress_bars(err) as progress_for:
+        progress = progress_for("training rows")
+        result = guarded(ctx, err, lambda: tune_examples(
+            engine, target, examples, fields=chosen, rank=rank, alpha=alpha, targets=chosen_targets,
+            learning_rate=learning_rate, epochs=epochs, batch_rows=batch_rows, seed=seed, hold_out=hold_out,
+            significance=significance, progress=progress, keep=keep))
+    took = time.perf_counter() - began
+    if result.interrupted:
+        say(err, f"interrupted: the adapter after {count(result.steps, 'step')} is judged")
+    for line in result.warnings:
+        say(err, line)
+    saved = guarded(ctx, err, lambda: result.adapter.save(output)) if result.kept else None
+    size = saved.stat().st_size if saved is not None else 0
+    if as_json:
+        typer.echo(json.dumps({**result.to_dict(), "saved": str(saved) if saved else None, "bytes": size,
+                               "seconds": took}, indent=2))
+        return
+    out = Console(width=max(Console().width, 120))
+    out.print(tune_table(result))
+    rate = result.timings_s.get("rows_per_s", 0.0)
+    say(out, f"adapter {'kept' if result.kept else 'not kept'}: {result.why}; trained on {count(result.rows, 'row')} "
+             f"({result.steps} steps, {rate:.2f} rows/s), judged on {count(result.held_out, 'held-out row')}; {took:.1f} s in all")
+    if saved is not None:
+        say(out, f"saved {saved} ({size / 1024:.0f} KiB)")
+    else:
+        say(out, "nothing saved")
+
+
+def tune_table(result: Any) -> Table:
+    table = Table(title="accuracy on the held-out rows", title_justify="left")
+    for column in ("field", "rows", "without adapter", "with adapter", "McNemar p"):
+        table.add_column(column, justify="left" if column == "field" else "right")
+    for name, info in result.fields.items():
+        def figure(value: float | None) -> str:
+            return "-" if value is None else f"{value:.3f}"
+        table.add_row(name, str(info.rows), figure(info.accuracy_base), figure(info.accuracy_adapted),
+                      "-" if info.p_value is None else f"{info.p_value:.3g}")
+    return table
+
+
+def _fields(rubric: Any, text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise DataError("--fields names no field")
+    for name in names:
+        if name not in rubric.fields:
+            raise DataError(f"--fields: rubric {rubric.name!r} has no field {name!r} (fields: {', '.join(rubric.fields)})")
+        if rubric.fields[name].derive is not None:
+            raise DataError(f"--fields: field {name!r} is derived in code, so it cannot be tuned on")
+    return names

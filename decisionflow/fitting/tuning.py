@@ -1,0 +1,378 @@
+"""Tuning a LoRA adapter on labelled rows, on the readout the engine serves (`decisionflow tune`).
+
+    result = tune_adapter(engine, Triage, rows)        # rows as for fit_heads
+    if result.kept:
+        result.adapter.save("triage.adapter.safetensors")
+    adapted = engine.with_adapter(result.adapter)      # or Engine.load(adapter=path)
+
+What is trained is what is served. A batch of rows runs through the engine's own executor (`pack_round`,
+`read_round`: the rubric's plan, its rows, each row's gold parent answers written into the prompt as
+`fit` writes them) on a backend that is the model-forward path (`passes.model_forward`) with gradients on,
+over a transformers copy of the engine's model with peft's LoRA layers injected. Each labelled field's
+answers are scored from the log-probabilities the pass gathers for the readout, with the readout's own
+arithmetic (`CompiledField.paths`: the spellings of an answer summed, the tokens along a path multiplied)
+in log space and renormalised over the row's answers; the loss is the cross-entropy of the gold answer,
+averaged over the labelled fields of the batch's rows. With the adapter disabled these are the engine's raw
+probabilities (`decide(..., debias="none")`, tested within 1e-4 in float32); the readout's correction, a
+content-free prior, is read again under the adapter when it is served. Fields read under several parent
+hypotheses (`marginalize`) are not trained on (their reads mix hypotheses).
+
+Whether the adapter is kept is decided on rows it was not trained on: a stratified part of the rows is
+held out, both engines (without and with the adapter merged, as served) read them with their gold parents
+written, and per field McNemar's exact test compares who is right. The adapter is kept when some field is
+right on more held-out rows with p below `significance` and no field is right on significantly fewer.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from ..errors import DataError, DecisionflowError, ModelError, Unavailable
+from ..runtime.adapter import Adapter, AdapterFieldInfo, AdapterMetadata
+from ..runtime.executor import RequestState, pack_round, read_round, read_rows, settle_derived
+from ..runtime.heads.fitted import rubric_fingerprint
+from ..runtime.passes.model_forward import ModelForwardBackend
+from ..runtime.prefix_store import library_version
+from ..runtime.readout.readout import gather_index, read_fields
+from ..spec.declare import rubric_of
+from ..spec.rubric import label_of
+from ..stats.paired import mcnemar
+from .examples import Example, examples_of
+from .features import parents_to_write
+
+Progress = Callable[[int, int], None]
+DEFAULT_TARGETS = ("q_proj", "v_proj")
+LEARNING_RATE = 5e-4
+EPOCHS = 1
+BATCH_ROWS = 4
+HOLD_OUT = 0.25
+SIGNIFICANCE = 0.05
+INSTALL_HINT = "decisionflow tune needs peft: pip install 'decisionflow[tune]' (or pip install 'peft>=0.21')"
+
+
+@dataclass
+class TuneResult:
+    adapter: Adapter
+    """The tuned adapter (saved by the caller only where `kept`)."""
+    kept: bool
+    why: str
+    fields: dict[str, AdapterFieldInfo]
+    rows: int
+    """Rows trained on."""
+    held_out: int
+    steps: int
+    interrupted: bool = False
+    losses: list[float] = field(default_factory=list)
+    """The mean training loss of each epoch (the last one partial when interrupted)."""
+    warnings: list[str] = field(default_factory=list)
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rubric": self.adapter.metadata.rubric, "kept": self.kept, "why": self.why, "rows": self.rows,
+            "held_out": self.held_out, "steps": self.steps, "interrupted": self.interrupted, "losses": self.losses,
+            "warnings": self.warnings, "timings_s": self.timings_s,
+            "fields": {name: info.model_dump() for name, info in self.fields.items()},
+        }
+
+
+def peft_available() -> None:
+    """Raise `Unavailable` with the install hint where peft cannot be imported."""
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        raise Unavailable(INSTALL_HINT) from None
+
+
+def tune_adapter(
+    engine: Any, target: Any, rows: Iterable[Any], *, fields: Sequence[str] | None = None, rank: int = 8,
+    alpha: float = 16.0, targets: Sequence[str] = DEFAULT_TARGETS, learning_rate: float = LEARNING_RATE,
+    epochs: int = EPOCHS, batch_rows: int = BATCH_ROWS, seed: int = 0, hold_out: float = HOLD_OUT,
+    significance: float = SIGNIFICANCE, progress: Progress | None = None, unknown_labels: str = "error",
+    keep: bool = False,
+) -> TuneResult:
+    """Tune a LoRA adapter on `rows` (see `examples_of`); see the module. `fields`: the labelled fields to train
+    and judge on (default: every labelled one). `progress(done, total)` counts training rows over the epochs.
+    Ctrl-C stops training; the adapter after the last completed step is judged and returned (`interrupted`)."""
+    rubric = rubric_of(target)
+    examples, _ = examples_of(rubric, rows, unknown_labels=unknown_labels)
+    return tune_examples(engine, rubric, examples, fields=fields, rank=rank, alpha=alpha, targets=targets,
+                         learning_rate=learning_rate, epochs=epochs, batch_rows=batch_rows, seed=seed, hold_out=hold_out,
+                         significance=significance, progress=progress, keep=keep)
+
+
+def tune_examples(
+    engine: Any, target: Any, examples: Sequence[Example], *, fields: Sequence[str] | None = None, rank: int = 8,
+    alpha: float = 16.0, targets: Sequence[str] = DEFAULT_TARGETS, learning_rate: float = LEARNING_RATE,
+    epochs: int = EPOCHS, batch_rows: int = BATCH_ROWS, seed: int = 0, hold_out: float = HOLD_OUT,
+    significance: float = SIGNIFICANCE, progress: Progress | None = None, keep: bool = False,
+) -> TuneResult:
+    """`tune_adapter` on rows `examples_of` has already checked (the command line checks its file first). `keep`: keep
+    the adapter whatever the held-out comparison says (it is still made and reported)."""
+    peft_available()
+    rubric = rubric_of(target)
+    if getattr(engine, "adapter", None) is not None:
+        raise ModelError("tune on an engine without an adapter (this one serves one already)")
+    if rank < 1 or epochs < 1 or batch_rows < 1 or not learning_rate > 0:
+        raise DataError("rank, epochs and the rows per step must be at least 1, the learning rate above 0")
+    if not 0 < hold_out < 1:
+        raise DataError(f"the held-out share must be between 0 and 1, got {hold_out}")
+    chosen = list(fields) if fields else [name for name in rubric.fields if any(name in e.labels for e in examples)]
+    for name in chosen:
+        if name not in rubric.fields:
+            raise DataError(f"{name!r} is not a field of rubric {rubric.name!r} (fields: {', '.join(rubric.fields)})")
+    examples = [Example(e.index, e.text, {k: v for k, v in e.labels.items() if k in chosen}) for e in examples]
+    examples = [e for e in examples if e.labels]
+    if not examples:
+        raise DataError(f"no row labels any of the fields {', '.join(chosen)}")
+    train, held = split_held_out(examples, hold_out, seed)
+    if not train or not held:
+        raise DataError(f"{len(examples)} labelled rows are too few to train on some and hold out others")
+    began = time.perf_counter()
+    model = training_model(engine, rank=rank, alpha=alpha, targets=targets, seed=seed)
+    compiled, plan = engine.compile(rubric)
+    backend = TrainingBackend(model.get_base_model())
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    optimiser = torch.optim.AdamW(parameters, lr=learning_rate, weight_decay=0.0)
+    order = random.Random(seed)
+    total, done, steps = len(train) * epochs, 0, 0
+    losses: list[float] = []
+    interrupted = False
+    kept_weights = [p.detach().clone() for p in parameters]  # the adapter after the last completed step
+    try:
+        for _ in range(epochs):
+            shuffled = list(train)
+            order.shuffle(shuffled)
+            epoch_loss, epoch_terms = 0.0, 0
+            losses.append(math.nan)
+            for start in range(0, len(shuffled), batch_rows):
+                batch = shuffled[start : start + batch_rows]
+                terms = answer_logprobs(backend, compiled, plan, batch)
+                gold = [scores[index] for _, _, scores, index in terms]
+                if gold:
+                    loss = -torch.stack(gold).mean()
+                    optimiser.zero_grad()
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+                    optimiser.step()
+                    kept_weights = [p.detach().clone() for p in parameters]
+                    steps += 1
+                    epoch_loss += float(loss.detach()) * len(gold)
+                    epoch_terms += len(gold)
+                    losses[-1] = epoch_loss / epoch_terms
+                done += len(batch)
+                if progress:
+                    progress(done, total)
+    except KeyboardInterrupt:
+        # A step cut short may have updated some weights and not others: the last completed step's are kept.
+        interrupted = True
+        with torch.no_grad():
+            for parameter, weight in zip(parameters, kept_weights):
+                parameter.copy_(weight)
+    trained_s = time.perf_counter() - began
+    adapter = adapter_of(model, engine, rubric, rank=rank, alpha=alpha, targets=targets, seed=seed, rows=len(train),
+                         held_out=len(held), epochs=epochs, learning_rate=learning_rate)
+    began = time.perf_counter()
+    infos, kept, why = judge(engine, engine.with_adapter(adapter), rubric, held, chosen, significance)
+    if steps == 0:
+        kept, why = False, "no training step was taken"
+    elif keep and not kept:
+        kept, why = True, f"kept as asked, though {why[0].lower()}{why[1:]}"
+    adapter.metadata = adapter.metadata.model_copy(update={"fields": infos, "kept": kept, "why": why})
+    notes = [f"warning: field {name!r} has no held-out row it was read on, so it is not judged"
+             for name, info in infos.items() if not info.rows]
+    return TuneResult(adapter, kept, why, infos, rows=len(train), held_out=len(held), steps=steps, interrupted=interrupted,
+                      losses=losses, warnings=notes,
+                      timings_s={"train": trained_s, "judge": time.perf_counter() - began,
+                                 "rows_per_s": done / trained_s if trained_s > 0 else 0.0})
+
+
+def split_held_out(examples: Sequence[Example], share: float, seed: int) -> tuple[list[Example], list[Example]]:
+    """Stratified by each row's labels: of every group of rows labelled alike, `share` (rounded, at least one
+    row of a group of two or more) is held out; a group's one row is trained on."""
+    groups: dict[tuple[tuple[str, str], ...], list[Example]] = defaultdict(list)
+    for example in examples:
+        groups[tuple(sorted(example.labels.items()))].append(example)
+    shuffle = random.Random(seed)
+    train: list[Example] = []
+    held: list[Example] = []
+    for key in sorted(groups):
+        group = list(groups[key])
+        shuffle.shuffle(group)
+        count = max(1, round(len(group) * share)) if len(group) > 1 else 0
+        held += group[:count]
+        train += group[count:]
+    order = {e.index: i for i, e in enumerate(examples)}
+    return sorted(train, key=lambda e: order[e.index]), sorted(held, key=lambda e: order[e.index])
+
+
+class TrainingBackend(ModelForwardBackend):
+    """The model-forward path with gradients kept: the same passes (`ModelForwardBackend`), outside inference mode."""
+
+    def prefill_prefix(self, tokens: list[int]) -> Any:
+        return ModelForwardBackend.prefill_prefix.__wrapped__(self, tokens)  # type: ignore[attr-defined]
+
+    def run_pass_with_features(self, *args: Any, **kwargs: Any) -> Any:
+        return ModelForwardBackend.run_pass_with_features.__wrapped__(self, *args, **kwargs)  # type: ignore[attr-defined]
+
+
+def answer_logprobs(backend: Any, compiled: Any, plan: Any, batch: Sequence[Example]) -> list[tuple[int, str, torch.Tensor, int]]:
+    """Per row of `batch` and labelled field read under a single parent hypothesis: (row, field, the log-probabilities
+    of the row's answers as the readout reads them [answers], the gold answer's index among them). The rows run
+    as the engine runs them (`executor.pack_round`, `read_round`), their gold parent answers written; gradients
+    flow where `backend` keeps them."""
+    rubric = compiled.rubric
+    states = [RequestState(input_tokens=compiled.request_tokens(e.text), forced=parents_to_write(rubric, e.labels))
+              for e in batch]
+    prefix = backend.prefill_prefix(list(compiled.prefix_tokens))
+    terms: list[tuple[int, str, torch.Tensor, int]] = []
+    for round_ in plan.rounds:
+        packed, reads = pack_round(compiled, round_, states)
+        settle_derived(compiled, plan, states, round_.index)
+        if not reads:
+            continue
+        rows = read_rows(reads)
+        out = backend.run_pass_with_features(prefix, [s.context for s in states], packed,
+                                             [p for r in reads for p in r.positions], (), (), gather_index(rows), None)
+        start = 0
+        for read, (row, _) in zip(reads, rows):
+            masses, edges = len(row.mass_tokens), len(row.edges)
+            edge_logprobs = out.gathered[start + masses : start + masses + edges]
+            start += masses + edges
+            gold = batch[read.request].labels.get(read.field)
+            if gold is None or read.hypothesis is not None or gold not in row.labels:
+                continue
+            terms.append((read.request, read.field, answer_scores(row, edge_logprobs), row.labels.index(gold)))
+        readings = read_fields(out.logprobs.detach(), rows, out.gathered.detach())
+        read_round(compiled, round_, states, reads, readings, None)
+        settle_derived(compiled, plan, states, round_.index)
+    return terms
+
+
+def answer_scores(row: Any, edge_logprobs: torch.Tensor) -> torch.Tensor:
+    """The readout's distribution over a row's answers in log space (`readout._reading`): each answer's paths'
+    probabilities (products of their edges') summed, then renormalised over the answers."""
+    floor = torch.tensor(-math.inf, dtype=torch.float64)
+    per_answer: list[list[torch.Tensor]] = [[] for _ in row.values]
+    for answer, path in row.paths:
+        per_answer[answer].append(edge_logprobs[list(path)].double().sum() if path else torch.zeros((), dtype=torch.float64))
+    scores = torch.stack([torch.logsumexp(torch.stack(paths), 0) if paths else floor for paths in per_answer])
+    return torch.log_softmax(scores, 0)
+
+
+def training_model(engine: Any, *, rank: int, alpha: float, targets: Sequence[str], seed: int) -> Any:
+    """A float32 transformers copy of the engine's model with peft's LoRA layers on `targets` (dropout 0; A seeded,
+    B zero, so it starts as the model itself). The engine's own model is not changed."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.set_verbosity_error()
+
+    base = engine.base_loaded.model
+    state = {name: tensor.detach().float() for name, tensor in base.state_dict().items()}
+    if isinstance(base, PreTrainedModel):
+        config = base.config
+    else:
+        values = dict(base.config.to_dict())
+        config = AutoConfig.for_model(values.pop("model_type"), **values)
+    with torch.device("meta"):  # no random initialisation: every weight is assigned from the engine's model
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if getattr(config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    model.tie_weights()
+    for name, module in model.named_modules():
+        # Buffers computed from the configuration (the rotary table) are built again off the meta device.
+        if any(buffer.is_meta for buffer in module.buffers(recurse=False)) and "config" in module.__init__.__code__.co_varnames:
+            parent, _, leaf = name.rpartition(".")
+            model.get_submodule(parent).__setattr__(leaf, type(module)(config=config))
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        raise ModelError("the model cannot be tuned: some of its weights are not in the engine's model")
+    missing = [name for name in missing if not (name == "lm_head.weight" and getattr(config, "tie_word_embeddings", False))]
+    if missing or unexpected:
+        raise ModelError(f"the model cannot be tuned: its weights do not match the transformers model "
+                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    model.eval()
+    present = {name.rpartition(".")[2] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    absent = [t for t in targets if t not in present]
+    if absent:
+        raise DataError(f"the model has no projection named {', '.join(map(repr, absent))} to adapt "
+                        f"(its projections: {', '.join(sorted(present))})")
+    torch.manual_seed(seed)
+    lora = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecations peft still calls
+        return get_peft_model(model, lora)
+
+
+def adapter_of(model: Any, engine: Any, rubric: Any, *, rank: int, alpha: float, targets: Sequence[str], seed: int,
+               rows: int, held_out: int, epochs: int, learning_rate: float) -> Adapter:
+    """The peft model's LoRA weights as an `Adapter` stamped with the engine's model and the rubric."""
+    import peft
+    from peft.tuners.lora import LoraLayer
+
+    weights = {}
+    for name, module in model.get_base_model().named_modules():
+        if isinstance(module, LoraLayer) and "default" in module.lora_A:
+            weights[name] = (module.lora_A["default"].weight.detach().float().clone(),
+                             module.lora_B["default"].weight.detach().float().clone())
+    metadata = AdapterMetadata(
+        rubric=rubric.name, rubric_fingerprint=rubric_fingerprint(rubric), model=engine.model_fingerprint,
+        weights=engine.weights_fingerprint, model_name=getattr(engine.loaded, "name", "") or "", rank=rank,
+        alpha=float(alpha), targets=list(targets), library=library_version(), peft=peft.__version__, seed=seed,
+        rows=rows, held_out=held_out, epochs=epochs, learning_rate=learning_rate,
+    )
+    return Adapter(metadata, weights)
+
+
+def held_out_right(engine: Any, rubric: Any, examples: Sequence[Example], fields: Sequence[str]) -> dict[str, list[bool | None]]:
+    """Per field, per held-out row: whether the engine's answer (its readout as served, the row's gold parent
+    answers written) is the gold one; None where the field was not read or not labelled."""
+    outcomes, _ = engine.read_features(rubric, [e.text for e in examples], layers=(-1,),
+                                       write=[parents_to_write(rubric, e.labels) for e in examples])
+    right: dict[str, list[bool | None]] = {name: [] for name in fields}
+    for example, outcome in zip(examples, outcomes):
+        for name in fields:
+            gold = example.labels.get(name)
+            result = None if isinstance(outcome, DecisionflowError) else outcome.fields.get(name)
+            if gold is None or result is None or not result.asked or result.value is None:
+                right[name].append(None if gold is None or result is None or not result.asked else False)
+                continue
+            right[name].append(label_of(result.value) == gold)
+    return right
+
+
+def judge(base: Any, adapted: Any, rubric: Any, held: Sequence[Example], fields: Sequence[str],
+          significance: float) -> tuple[dict[str, AdapterFieldInfo], bool, str]:
+    """Per field, held-out accuracy without and with the adapter and McNemar's p; whether to keep it, and why."""
+    before = held_out_right(base, rubric, held, fields)
+    after = held_out_right(adapted, rubric, held, fields)
+    infos: dict[str, AdapterFieldInfo] = {}
+    wins, losses = [], []
+    for name in fields:
+        pairs = [(a, b) for a, b in zip(before[name], after[name]) if a is not None and b is not None]
+        if not pairs:
+            infos[name] = AdapterFieldInfo()
+            continue
+        first, second = [a for a, _ in pairs], [b for _, b in pairs]
+        test = mcnemar(first, second)
+        infos[name] = AdapterFieldInfo(rows=len(pairs), accuracy_base=sum(first) / len(pairs),
+                                       accuracy_adapted=sum(second) / len(pairs), p_value=test.p)
+        if test.only_second > test.only_first and test.p < significance:
+            wins.append(name)
+        elif test.only_first > test.only_second and test.p < significance:
+            losses.append(name)
+    if losses:
+        return infos, False, f"right on significantly fewer held-out rows for {', '.join(losses)}"
+    if wins:
+        return infos, True, f"right on significantly more held-out rows for {', '.join(wins)} (p < {significance:g})"
+    return infos, False, f"no field is right on significantly more held-out rows (p < {significance:g})"

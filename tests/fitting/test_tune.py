@@ -1,0 +1,297 @@
+"""`decisionflow tune`: LoRA adapters trained on the readout the engine serves, and served exactly by merging.
+
+With the bundled model: the training path's log-probabilities (adapter disabled) are the engine's own readout;
+an adapter merged into the engine answers as peft's merged model does through a plain forward; a saved adapter
+is refused on another model; the command line tunes, saves beside the rubric, and `run` merges what it saved.
+A tiny random-weight model checks the merge against peft's in bfloat16 (never answer quality).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from suite_support import FIXTURES
+from typer.testing import CliRunner
+
+from decisionflow.cli import app
+from decisionflow.errors import ModelError
+from decisionflow.spec.yaml_rubric import load_rubric
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+CODE = {"negative": "k1", "positive": "k2"}
+REVIEW_YAML = """\
+name: review
+instructions: Classify one sentence from a movie review.
+answer_format: labels
+pin_first: false
+debias: none
+fields:
+  sentiment:
+    kind: choice
+    question: Whether the sentence is negative or positive about the film
+    options: [negative, positive]
+  code:
+    kind: choice
+    question: Which code the sentence gets
+    options: [k1, k2]
+    after: sentiment
+"""
+TEXT = "a gorgeous , witty , seductive movie ."
+
+
+def labelled(count: int) -> list[dict[str, str]]:
+    with (FIXTURES / "sst2_sample.csv").open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))[:count]
+    return [{"text": r["text"], "sentiment": r["label"], "code": CODE[r["label"]]} for r in rows]
+
+
+def project(folder: Path, count: int = 8) -> tuple[Path, Path]:
+    rubric = folder / "review.yaml"
+    rubric.write_text(REVIEW_YAML, encoding="utf-8")
+    data = folder / "rows.csv"
+    with data.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["text", "sentiment", "code"])
+        writer.writeheader()
+        writer.writerows(labelled(count))
+    return rubric, data
+
+
+def invoke(*args: str | Path):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def perturbed(model, seed: int = 1, size: float = 0.05) -> None:
+    """Give a fresh peft model's LoRA B matrices (zero at the start) random values, so the adapter does something."""
+    from peft.tuners.lora import LoraLayer
+
+    generator = torch.Generator().manual_seed(seed)
+    for module in model.modules():
+        if isinstance(module, LoraLayer):
+            weight = module.lora_B["default"].weight
+            with torch.no_grad():
+                weight.copy_(torch.randn(weight.shape, generator=generator) * size)
+
+
+@pytest.fixture(scope="module")
+def review(tmp_path_factory):
+    return load_rubric(project(tmp_path_factory.mktemp("review"))[0])
+
+
+def test_training_log_probabilities_are_the_engines_readout(engine, review):
+    """Adapter disabled, the training path's answer distributions (gold parents written) equal the engine's own
+    readout of the same rows (`read_features`, which writes the gold parents too), in float32 within 1e-4."""
+    from decisionflow.fitting.examples import examples_of
+    from decisionflow.fitting.features import parents_to_write
+    from decisionflow.fitting.tuning import TrainingBackend, answer_logprobs, training_model
+
+    rows = labelled(2)
+    examples, _ = examples_of(review, [(r["text"], {"sentiment": r["sentiment"], "code": r["code"]}) for r in rows])
+    model = training_model(engine, rank=4, alpha=8, targets=("q_proj", "v_proj"), seed=0)
+    perturbed(model)  # an adapter that changes answers, disabled below
+    compiled, plan = engine.compile(review)
+    with torch.no_grad(), model.disable_adapter():
+        terms = answer_logprobs(TrainingBackend(model.get_base_model()), compiled, plan, examples)
+    outcomes, _ = engine.read_features(review, [e.text for e in examples], layers=(-1,),
+                                       write=[parents_to_write(review, e.labels) for e in examples])
+    assert {(request, name) for request, name, _, _ in terms} == {(r, n) for r in range(2) for n in ("sentiment", "code")}
+    for request, name, scores, gold in terms:
+        served = outcomes[request].fields[name].probabilities
+        assert outcomes[request].fields[name].debias == "none"
+        assert scores.exp().tolist() == pytest.approx([served[label] for label in review.fields[name].labels], abs=1e-4)
+        assert review.fields[name].labels[gold] == examples[request].labels[name]
+    with torch.no_grad():  # enabled, the same path reads other probabilities
+        adapted = answer_logprobs(TrainingBackend(model.get_base_model()), compiled, plan, examples)
+    assert max(abs(a[2].exp() - b[2].exp()).max().item() for a, b in zip(adapted, terms)) > 1e-3
+
+
+def test_a_merged_adapter_answers_as_peft_merged_model_through_a_plain_forward(engine, review, tmp_path):
+    from decisionflow.fitting.tuning import adapter_of, training_model
+    from decisionflow.runtime.adapter import Adapter
+    from decisionflow.runtime.engine import Engine
+    from decisionflow.runtime.model.loading import LoadedModel
+    from decisionflow.runtime.passes.model_forward import PlainForwardBackend
+
+    model = training_model(engine, rank=4, alpha=8, targets=("q_proj", "v_proj"), seed=0)
+    perturbed(model)
+    adapter = adapter_of(model, engine, review, rank=4, alpha=8, targets=("q_proj", "v_proj"), seed=0, rows=0,
+                         held_out=0, epochs=1, learning_rate=1e-3)
+    saved = Adapter.load(adapter.save(tmp_path / "review.adapter.safetensors"))
+    assert saved.fingerprint == adapter.fingerprint and saved.metadata.weights == engine.weights_fingerprint
+    assert (tmp_path / "review.adapter.json").is_file()
+    adapted = engine.with_adapter(saved)
+    merged = model.merge_and_unload().eval()
+    reference = Engine(LoadedModel(merged, engine.tokenizer, "peft merged"), backend=PlainForwardBackend(merged))
+    texts = [TEXT]
+    base = engine.decide_many(review, texts)
+    ours = adapted.decide_many(review, texts)
+    theirs = reference.decide_many(review, texts)
+    for before, mine, peft_answer in zip(base, ours, theirs):
+        for name in review.fields:
+            got, want = mine.fields[name].probabilities, peft_answer.fields[name].probabilities
+            assert got == pytest.approx(want, abs=1e-4)
+        assert any(abs(before.fields[n].probabilities[label] - mine.fields[n].probabilities[label]) > 1e-3
+                   for n in review.fields for label in review.fields[n].labels)
+    # The adapted engine keys its prefix caches (memory and disk) by the adapter too; the base engine is untouched.
+    assert adapted.prefix_store_fingerprint != engine.prefix_store_fingerprint
+    assert adapted.model_fingerprint.endswith(saved.fingerprint) and engine.adapter is None
+    assert engine.decide(review, TEXT).fields["sentiment"].probabilities == base[0].fields["sentiment"].probabilities
+
+
+def tiny_llama(dtype):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config).to(dtype).eval()
+
+
+def test_an_adapter_is_refused_on_another_model_in_one_line(engine, review):
+    from decisionflow.fitting.tuning import adapter_of, training_model
+
+    model = training_model(engine, rank=2, alpha=4, targets=("v_proj",), seed=0)
+    adapter = adapter_of(model, engine, review, rank=2, alpha=4, targets=("v_proj",), seed=0, rows=0, held_out=0,
+                         epochs=1, learning_rate=1e-3)
+    with pytest.raises(ModelError) as refused:
+        adapter.merged(tiny_llama(torch.float32))
+    message = str(refused.value)
+    assert "tuned on another model" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_merge_is_peft_merge_in_both_number_formats(dtype):
+    """On a tiny random-weight model (merge arithmetic only): our merged copy's weights are peft's merged weights
+    bit for bit, its logits peft's, and the original model keeps its own weights."""
+    from peft import LoraConfig, get_peft_model
+
+    from decisionflow.runtime.adapter import Adapter, AdapterMetadata
+    from decisionflow.runtime.prefix_store import weights_fingerprint
+
+    base = tiny_llama(dtype)
+    original = {name: tensor.clone() for name, tensor in base.state_dict().items()}
+    ours_base = tiny_llama(dtype)
+    peft_model = get_peft_model(base, LoraConfig(r=2, lora_alpha=6, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    perturbed(peft_model, size=0.5)
+    from peft.tuners.lora import LoraLayer
+
+    weights = {name: (m.lora_A["default"].weight.detach().float(), m.lora_B["default"].weight.detach().float())
+               for name, m in peft_model.get_base_model().named_modules() if isinstance(m, LoraLayer)}
+    metadata = AdapterMetadata(rubric="r", rubric_fingerprint="", model="", weights=weights_fingerprint(ours_base), rank=2,
+                               alpha=6, targets=["q_proj", "v_proj"])
+    ours = Adapter(metadata, weights).merged(ours_base)
+    theirs = peft_model.merge_and_unload()
+    for name, tensor in theirs.state_dict().items():
+        assert torch.equal(ours.state_dict()[name], tensor), name
+    assert all(torch.equal(ours_base.state_dict()[n], t) for n, t in original.items())
+    ids = torch.tensor([[1, 5, 9, 13, 2]])
+    with torch.no_grad():
+        assert torch.equal(ours(input_ids=ids).logits, theirs(input_ids=ids).logits)
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """review.yaml, its rows and the adapter `tune` saved beside it (kept with --keep: a few rows prove nothing)."""
+    rubric, data = project(tmp_path_factory.mktemp("tuned"), count=8)
+    result = invoke("tune", rubric, "--data", data, "--rank", "4", "--batch-rows", "8", "--learning-rate", "0.01",
+                    "--keep", "--json", "--dtype", "float32")
+    assert result.exit_code == 0, result.output
+    return rubric, data, json.loads(result.stdout)
+
+
+def test_tune_saves_the_adapter_beside_the_rubric_and_reports_per_field(tuned):
+    rubric, _, report = tuned
+    path = rubric.with_name("review.adapter.safetensors")
+    assert report["saved"] == str(path) and path.is_file() and report["bytes"] == path.stat().st_size
+    assert report["kept"] and report["rows"] == 6 and report["held_out"] == 2 and report["steps"] == 1
+    assert set(report["fields"]) == {"sentiment", "code"}
+    for info in report["fields"].values():
+        assert info["rows"] == 2 and 0 <= info["accuracy_base"] <= 1 and 0 <= info["accuracy_adapted"] <= 1
+        assert 0 < info["p_value"] <= 1
+    assert json.loads(rubric.with_name("review.adapter.json").read_text())["rubric"] == "review"
+
+
+def test_run_merges_the_adapter_beside_the_rubric_and_no_adapter_leaves_it(tuned):
+    rubric, _, _ = tuned
+    adapted = invoke("run", rubric, "--text", TEXT, "--json", "--dtype", "float32")
+    plain = invoke("run", rubric, "--text", TEXT, "--json", "--no-adapter", "--dtype", "float32")
+    assert adapted.exit_code == 0 and plain.exit_code == 0, adapted.output + plain.output
+    assert "adapter: " in adapted.stderr and "adapter: " not in plain.stderr
+    first, second = json.loads(adapted.stdout), json.loads(plain.stdout)
+    assert first["fields"]["code"]["probabilities"] != second["fields"]["code"]["probabilities"]
+
+
+def test_tune_refuses_bad_input_in_one_line(tmp_path, monkeypatch):
+    rubric, data = project(tmp_path)
+    cases = {
+        ("--fields", "mood"): "error: --fields: rubric 'review' has no field 'mood' (fields: sentiment, code)",
+        ("--label", "sentiment=nope"): "error: --label sentiment=nope: no column 'nope' (columns: text, sentiment, code)",
+    }
+    for extra, line in cases.items():
+        result = invoke("tune", rubric, "--data", data, *extra)
+        assert result.exit_code == 1 and result.stderr.strip().splitlines() == [line]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,sentiment\nfine film,great\n", encoding="utf-8")
+    result = invoke("tune", rubric, "--data", bad)
+    assert result.exit_code == 1 and result.stderr.strip().splitlines()[0].startswith(
+        f"error: {bad}: data row 0: 'great' is not an answer of field 'sentiment'")
+    monkeypatch.setitem(__import__("sys").modules, "peft", None)
+    result = invoke("tune", rubric, "--data", data)
+    assert result.exit_code != 0 and result.stderr.strip().splitlines() == [
+        "error: decisionflow tune needs peft: pip install 'decisionflow[tune]' (or pip install 'peft>=0.21')"]
+
+
+def test_an_adapter_file_for_another_model_is_refused_before_answering(tuned, tmp_path):
+    from decisionflow.runtime.adapter import Adapter
+
+    rubric, _, _ = tuned
+    adapter = Adapter.load(rubric.with_name("review.adapter.safetensors"))
+    adapter.metadata = adapter.metadata.model_copy(update={"weights": "0" * 64})
+    other = adapter.save(tmp_path / "other.adapter.safetensors")
+    result = invoke("run", rubric, "--text", TEXT, "--adapter", other)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 1 and len(lines) == 1 and "was tuned on another model" in lines[0]
+
+
+def test_serve_refuses_rubrics_that_need_different_adapters_in_one_line(tuned, tmp_path, monkeypatch):
+    """One engine serves one adapter: a folder where one rubric has an adapter beside it and another has none is
+    refused at startup, before the model loads."""
+    import shutil
+
+    from suite_support import ROOT
+
+    pytest.importorskip("fastapi")
+    rubric, _, _ = tuned
+    folder = tmp_path / "rubrics"
+    folder.mkdir()
+    shutil.copy(rubric, folder / "review.yaml")
+    shutil.copy(rubric.with_name("review.adapter.safetensors"), folder / "review.adapter.safetensors")
+    shutil.copy(ROOT / "workflows" / "sentiment.yaml", folder / "sentiment.yaml")
+    monkeypatch.setattr("decisionflow.cli.serve.load_engine", lambda *_, **__: pytest.fail("the model was loaded"))
+    result = invoke("serve", "--port", "0", "--rubrics", folder)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 1 and len(lines) == 1, result.output
+    assert "one engine serves one adapter" in lines[0] and "without one: sentiment" in lines[0]
+
+
+def test_ctrl_c_keeps_the_adapter_of_the_last_completed_step(engine, review):
+    from decisionflow.fitting.tuning import tune_adapter
+
+    def stop_after_first_step(done, total):
+        if done >= 2:
+            raise KeyboardInterrupt
+
+    rows = [(r["text"], {"sentiment": r["sentiment"], "code": r["code"]}) for r in labelled(8)]
+    result = tune_adapter(engine, review, rows, fields=["code"], rank=2, batch_rows=2, learning_rate=0.01, seed=3,
+                          progress=stop_after_first_step, significance=1.0)
+    assert result.interrupted and result.steps == 1 and result.rows == 6 and result.held_out == 2
+    assert set(result.fields) == {"code"} and result.fields["code"].rows == 2
+    assert result.adapter.metadata.weights == engine.weights_fingerprint and result.adapter.weights
+    assert any(b.abs().max() > 0 for _, b in result.adapter.weights.values())  # one step moved B off zero
