@@ -140,7 +140,7 @@ def tune_command(
     out.print(tune_table(result))
     rate = result.timings_s.get("rows_per_s", 0.0)
     say(out, f"adapter {'kept' if result.kept else 'not kept'}: {result.why}; trained on {count(result.rows, 'row')} "
-             f"({result.steps} steps, {rate:.2f} rows/s), judged on {count(result.held_out, 'held-out row')}; {took:.1f} s in all")
+             f"({count(result.steps, 'step')}, {rate:.2f} rows/s), judged on {count(result.held_out, 'held-out row')}; {took:.1f} s in all")
     if saved is not None:
         say(out, f"saved {saved} ({size / 1024:.0f} KiB)")
     else:

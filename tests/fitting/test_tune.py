@@ -228,6 +228,13 @@ def test_run_merges_the_adapter_beside_the_rubric_and_no_adapter_leaves_it(tuned
     assert first["fields"]["code"]["probabilities"] != second["fields"]["code"]["probabilities"]
 
 
+def test_eval_scores_with_the_adapter_beside_the_rubric(tuned):
+    rubric, data, _ = tuned
+    result = invoke("eval", rubric, "--data", data, "--field", "code", "--limit", "4", "--dtype", "float32")
+    assert result.exit_code == 0, result.output
+    assert "adapter: " in result.stderr and json.loads(result.stdout)["n"] == 4
+
+
 def test_tune_refuses_bad_input_in_one_line(tmp_path, monkeypatch):
     rubric, data = project(tmp_path)
     cases = {
