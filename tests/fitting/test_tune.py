@@ -109,6 +109,36 @@ def test_training_log_probabilities_are_the_engines_readout(engine, review):
     assert max(abs(a[2].exp() - b[2].exp()).max().item() for a, b in zip(adapted, terms)) > 1e-3
 
 
+@pytest.fixture(scope="module")
+def random_adapter(engine, review):
+    """An adapter that changes answers (B perturbed off zero) and the peft model it came from."""
+    from decisionflow.fitting.tuning import adapter_of, training_model
+
+    model = training_model(engine, rank=4, alpha=8, targets=("q_proj", "v_proj"), seed=0)
+    perturbed(model)
+    return model, adapter_of(model, engine, review, rank=4, alpha=8, targets=("q_proj", "v_proj"), seed=0, rows=0,
+                             held_out=0, epochs=1, learning_rate=1e-3)
+
+
+def test_every_path_and_number_format_reads_the_merged_weights(engine, transformers_engine, bfloat16_engine, review,
+                                                               random_adapter):
+    """The engine's own decoder (packed), the transformers model on the decoder path and through its own forward,
+    in float32, answer alike with the adapter merged; in bfloat16 the same adapter is accepted (the weights'
+    fingerprint ignores the number format) and answers close to float32."""
+    from decisionflow.runtime.engine import Engine, EngineOptions
+
+    _, adapter = random_adapter
+    own = engine.with_adapter(adapter).decide(review, TEXT)
+    on_transformers = transformers_engine.with_adapter(adapter)
+    forward = Engine(transformers_engine.base_loaded, options=EngineOptions(model_forward=True), adapter=adapter)
+    assert forward.backend.path == "model-forward" and on_transformers.backend.path == "decoder"
+    half = bfloat16_engine.with_adapter(adapter).decide(review, TEXT)
+    for other, tolerance in ((on_transformers.decide(review, TEXT), 1e-4), (forward.decide(review, TEXT), 1e-4), (half, 0.05)):
+        for name in review.fields:
+            assert other.fields[name].probabilities == pytest.approx(own.fields[name].probabilities, abs=tolerance)
+    assert half.stats.dtype == "bfloat16"
+
+
 def test_a_merged_adapter_answers_as_peft_merged_model_through_a_plain_forward(engine, review, tmp_path):
     from decisionflow.fitting.tuning import adapter_of, training_model
     from decisionflow.runtime.adapter import Adapter
