@@ -2,7 +2,8 @@
 
 The package is laid out as the pipeline runs: `spec` (declarations, rubric, plan) → `compiler`
 (prompt, layout, tries) → `runtime` → `fitting`, `batch`, `baselines` → the users of the engine side
-by side: `quality`, `bench`, `serve`, `scale`, `integrations` → `cli`. `runtime` keeps its parts in rooms:
+by side: `quality`, `bench`, `scale`, `integrations`, and `serve` (whose playground routes score with
+`quality`) → `cli`. `runtime` keeps its parts in rooms:
 `runtime.model` (loading, check-model), `runtime.passes` (the packed pass, its backends and their `Backend`
 protocol), `runtime.readout` (distributions, debias, calibration, derived fields) and `runtime.heads`
 (applying fitted heads), under the modules that put them together (`runtime.engine`, `runtime.prepared`,
