@@ -1,8 +1,33 @@
-"""Path helpers every step may use (below the pipeline, like `errors`): nothing here reads or writes a file."""
+"""Path helpers every step may use (below the pipeline, like `errors`): nothing here reads a file, and the one
+write is `write_atomically`, which the files the engine saves beside a rubric (heads, adapters) share."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """`data` at `path`, whole or not at all: written to a temporary file beside it, then renamed over it (a
+    reader never sees half a file). The file gets the umask's mode, as any file does: safetensors' save_file and
+    mkstemp both make files only their owner may read, and a server running as another user could not load them."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
+    try:
+        with open(temporary, "xb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def readable_copy(path: Path) -> Path:
+    """Where a saved file's readable metadata goes beside it: `x.heads.safetensors` -> `x.heads.json` (any
+    other name gets `.json` appended, so the copy never overwrites the file)."""
+    if path.name.endswith(".safetensors"):
+        return path.with_name(path.name.removesuffix(".safetensors") + ".json")
+    return path.with_name(path.name + ".json")
 
 
 def existing_ancestor(path: Path) -> Path:

@@ -165,6 +165,22 @@ def chosen_calibration(rubric_ref: str, path: Path | None, off: bool = False) ->
     return Calibration.load(path), path
 
 
+DataOption = Annotated[
+    Path, typer.Option("--data", help="Labelled rows: a CSV (header row), JSONL or Parquet file.", show_default=False)
+]
+TextColumnOption = Annotated[str, typer.Option("--text-column", help="Column holding the input text.")]
+LabelColumnsOption = Annotated[
+    list[str] | None,
+    typer.Option("--label", metavar="FIELD=COLUMN", help="The column holding FIELD's labels; repeat for several "
+                 "(default: a column named after each field, else `label` for a rubric with one field).",
+                 show_default=False),
+]
+SkipUnknownLabelsOption = Annotated[
+    bool, typer.Option("--skip-unknown-labels", help="Leave out labels that are not an answer of their field (e.g. an "
+                       "out-of-scope class) instead of refusing the file.")
+]
+"""The options of the commands that learn from labelled rows (`fit`, `tune`) and score on them (`eval`)."""
+
 HeadsOption = Annotated[
     Path | None,
     typer.Option("--heads", help="A heads file from `decisionflow fit` (default: NAME.heads.safetensors beside a YAML "

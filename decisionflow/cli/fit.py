@@ -18,11 +18,15 @@ from rich.table import Table
 from ..errors import DataError
 from ..quality.labelled import fit_columns, load_records, parse_slice, refuse_short_rows
 from .common import (
+    DataOption,
     DeviceOption,
     DtypeOption,
+    LabelColumnsOption,
     LoaderOption,
     ModelOption,
     RubricRef,
+    SkipUnknownLabelsOption,
+    TextColumnOption,
     ThreadsOption,
     count,
     guarded,
@@ -39,15 +43,9 @@ from .common import (
 def fit_command(
     ctx: typer.Context,
     rubric_ref: RubricRef,
-    data: Annotated[Path, typer.Option("--data", help="Labelled rows: a CSV (header row), JSONL or Parquet file.",
-                                       show_default=False)],
-    label: Annotated[
-        list[str] | None,
-        typer.Option("--label", metavar="FIELD=COLUMN", help="The column holding FIELD's labels; repeat for several "
-                     "(default: a column named after each field, else `label` for a rubric with one field).",
-                     show_default=False),
-    ] = None,
-    text_column: Annotated[str, typer.Option("--text-column", help="Column holding the input text.")] = "text",
+    data: DataOption,
+    label: LabelColumnsOption = None,
+    text_column: TextColumnOption = "text",
     rows: Annotated[
         str | None,
         typer.Option("--rows", metavar="START:STOP", help="Only data rows START..STOP-1 (0-based; negative counts from the end).",
@@ -64,10 +62,7 @@ def fit_command(
                      "head's fourth member reads (default -8; 'none': no such member). Read only with --words.",
                      show_default=False),
     ] = None,
-    skip_unknown_labels: Annotated[
-        bool, typer.Option("--skip-unknown-labels", help="Leave out labels that are not an answer of their field (e.g. an "
-                           "out-of-scope class) instead of refusing the file.")
-    ] = False,
+    skip_unknown_labels: SkipUnknownLabelsOption = False,
     output: Annotated[
         Path | None,
         typer.Option("--output", help="Where to save the heads (default: NAME.heads.safetensors beside a YAML rubric file; "

@@ -26,6 +26,7 @@ from ..spec.text import listing
 from .common import (
     AdapterOption,
     CalibrationOption,
+    DataOption,
     DeviceOption,
     DtypeOption,
     HeadsOption,
@@ -35,6 +36,7 @@ from .common import (
     NoCalibrationOption,
     NoHeadsOption,
     RubricRef,
+    TextColumnOption,
     ThreadsOption,
     check_calibration,
     chosen_adapter,
@@ -51,10 +53,6 @@ from .common import (
     stderr,
 )
 
-DataOption = Annotated[
-    Path, typer.Option("--data", help="Labelled rows: a CSV (header row), JSONL or Parquet file.", show_default=False)
-]
-TextColumnOption = Annotated[str, typer.Option("--text-column", help="Column holding the input text.")]
 LimitOption = Annotated[
     int | None,
     typer.Option(min=1, metavar="N", help="Use a reproducible random sample of N rows (file order kept).", show_default=False),

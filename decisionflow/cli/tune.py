@@ -17,11 +17,15 @@ from rich.table import Table
 
 from ..errors import DataError
 from .common import (
+    DataOption,
     DeviceOption,
     DtypeOption,
+    LabelColumnsOption,
     LoaderOption,
     ModelOption,
     RubricRef,
+    SkipUnknownLabelsOption,
+    TextColumnOption,
     ThreadsOption,
     count,
     guarded,
@@ -39,20 +43,14 @@ from .fit import _examples
 def tune_command(
     ctx: typer.Context,
     rubric_ref: RubricRef,
-    data: Annotated[Path, typer.Option("--data", help="Labelled rows: a CSV (header row), JSONL or Parquet file.",
-                                       show_default=False)],
+    data: DataOption,
     fields: Annotated[
         str | None,
         typer.Option("--fields", metavar="a,b", help="The labelled fields to train and judge on (default: every labelled one).",
                      show_default=False),
     ] = None,
-    label: Annotated[
-        list[str] | None,
-        typer.Option("--label", metavar="FIELD=COLUMN", help="The column holding FIELD's labels; repeat for several "
-                     "(default: a column named after each field, else `label` for a rubric with one field).",
-                     show_default=False),
-    ] = None,
-    text_column: Annotated[str, typer.Option("--text-column", help="Column holding the input text.")] = "text",
+    label: LabelColumnsOption = None,
+    text_column: TextColumnOption = "text",
     max_rows: Annotated[int | None, typer.Option("--max-rows", min=2, metavar="N", help="Only the first N data rows.",
                                                  show_default=False)] = None,
     rank: Annotated[int, typer.Option("--rank", min=1, help="The LoRA rank.")] = 8,
@@ -72,10 +70,7 @@ def tune_command(
     keep: Annotated[bool, typer.Option("--keep", help="Save the adapter whatever the held-out comparison says (it is "
                                        "still reported).")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seeds the adapter's start, the shuffles and the held-out rows.")] = 0,
-    skip_unknown_labels: Annotated[
-        bool, typer.Option("--skip-unknown-labels", help="Leave out labels that are not an answer of their field instead "
-                           "of refusing the file.")
-    ] = False,
+    skip_unknown_labels: SkipUnknownLabelsOption = False,
     output: Annotated[
         Path | None,
         typer.Option("--output", help="Where to save the adapter (default: NAME.adapter.safetensors beside a YAML rubric "

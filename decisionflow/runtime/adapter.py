@@ -22,8 +22,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ModelError
+from ..paths import readable_copy, write_atomically
 from .prefix_store import weights_fingerprint
 
 FORMAT = 1
@@ -176,14 +175,7 @@ class Adapter:
         for name, (a, b) in self.weights.items():
             tensors[f"{PEFT_PREFIX}{name}.lora_A.weight"] = a.detach().float().contiguous().cpu()
             tensors[f"{PEFT_PREFIX}{name}.lora_B.weight"] = b.detach().float().contiguous().cpu()
-        temporary = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
-        try:
-            with open(temporary, "xb") as handle:
-                handle.write(save(tensors, metadata={METADATA_KEY: self.metadata.model_dump_json()}))
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
+        write_atomically(path, save(tensors, metadata={METADATA_KEY: self.metadata.model_dump_json()}))
         readable_copy(path).write_text(self.metadata.model_dump_json(indent=2) + "\n", encoding="utf-8")
         self.path = path
         return path
@@ -233,9 +225,6 @@ def adapter_path_for(rubric_path: str | Path) -> Path:
     return path.with_name(path.name.removesuffix(path.suffix) + SUFFIX) if path.suffix else path.with_name(path.name + SUFFIX)
 
 
-def readable_copy(path: Path) -> Path:
-    """Where the adapter's metadata goes as JSON beside its file (`X.json` beside `X.safetensors`)."""
-    return path.with_suffix(".json")
 
 
 def save_problem(path: str | Path) -> str | None:

@@ -24,8 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -33,6 +31,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
 from ...errors import HeadsError
+from ...paths import readable_copy, write_atomically
 from ...spec.rubric import Rubric
 from .lexical import Lexicon
 
@@ -413,16 +412,7 @@ class Heads:
             header[LEXICON_KEY] = self.lexicon.to_json()
         if self.fitted_on is not None:
             tensors[FITTED_ON_KEY] = self.fitted_on.contiguous().cpu()
-        # Created here as any file is (the umask's mode): safetensors' save_file and mkstemp both make files only
-        # their owner may read, and a server running as another user could not load the heads.
-        temporary = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
-        try:
-            with open(temporary, "xb") as handle:
-                handle.write(save(tensors, metadata=header))
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
+        write_atomically(path, save(tensors, metadata=header))
         readable_copy(path).write_text(self.metadata.model_dump_json(indent=2) + "\n", encoding="utf-8")
         self.path = path
         return path
@@ -626,12 +616,6 @@ def _holds_heads_metadata(path: Path) -> bool:
     return True
 
 
-def readable_copy(path: Path) -> Path:
-    """Where the readable metadata goes beside a heads file: `x.heads.safetensors` -> `x.heads.json`
-    (any other name gets `.json` appended, so the copy never overwrites the file)."""
-    if path.name.endswith(".safetensors"):
-        return path.with_name(path.name.removesuffix(".safetensors") + ".json")
-    return path.with_name(path.name + ".json")
 
 
 def describe(info: FieldHeadInfo) -> dict[str, Any]:
