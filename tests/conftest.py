@@ -14,6 +14,10 @@ import os
 import pytest
 
 os.environ["DECISIONFLOW_DTYPE"] = "float32"
+# Triton reads TRITON_INTERPRET when it decorates a function, its own library's included (`tl.sum`), so it is set
+# before any test module imports a package that imports triton (peft does): the kernel tests then run their kernels
+# under the interpreter on a CPU, as tests/kernels/kernel_checks.py intends (TRITON_INTERPRET=0 given on a GPU stays).
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def _bundled_model_installed() -> bool:

@@ -278,7 +278,9 @@ def training_model(engine: Any, *, rank: int, alpha: float, targets: Sequence[st
     transformers_logging.set_verbosity_error()
 
     base = engine.base_loaded.model
-    state = {name: tensor.detach().float() for name, tensor in base.state_dict().items()}
+    # Copied even where the engine already holds float32: a weight shared with the engine's model would follow
+    # whatever is done to the training copy (peft's merge_and_unload writes into the base weights).
+    state = {name: tensor.detach().to(torch.float32, copy=True) for name, tensor in base.state_dict().items()}
     if isinstance(base, PreTrainedModel):
         config = base.config
     else:

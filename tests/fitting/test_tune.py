@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from suite_support import FIXTURES
 from typer.testing import CliRunner
 
@@ -20,8 +21,6 @@ from decisionflow.cli import app
 from decisionflow.errors import ModelError
 from decisionflow.spec.yaml_rubric import load_rubric
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("peft")
 
 CODE = {"negative": "k1", "positive": "k2"}
 REVIEW_YAML = """\
@@ -147,6 +146,7 @@ def test_a_merged_adapter_answers_as_peft_merged_model_through_a_plain_forward(e
     from decisionflow.runtime.passes.model_forward import PlainForwardBackend
 
     model = training_model(engine, rank=4, alpha=8, targets=("q_proj", "v_proj"), seed=0)
+    before = {name: weight.clone() for name, weight in engine.loaded.model.state_dict().items() if "q_proj" in name}
     perturbed(model)
     adapter = adapter_of(model, engine, review, rank=4, alpha=8, targets=("q_proj", "v_proj"), seed=0, rows=0,
                          held_out=0, epochs=1, learning_rate=1e-3)
@@ -155,6 +155,8 @@ def test_a_merged_adapter_answers_as_peft_merged_model_through_a_plain_forward(e
     assert (tmp_path / "review.adapter.json").is_file()
     adapted = engine.with_adapter(saved)
     merged = model.merge_and_unload().eval()
+    after = engine.loaded.model.state_dict()
+    assert before and all(torch.equal(after[name], weight) for name, weight in before.items()), "merging the training copy changed the engine's model"
     reference = Engine(LoadedModel(merged, engine.tokenizer, "peft merged"), backend=PlainForwardBackend(merged))
     texts = [TEXT]
     base = engine.decide_many(review, texts)
