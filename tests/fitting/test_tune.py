@@ -21,7 +21,6 @@ from decisionflow.cli import app
 from decisionflow.errors import ModelError
 from decisionflow.spec.yaml_rubric import load_rubric
 
-
 CODE = {"negative": "k1", "positive": "k2"}
 REVIEW_YAML = """\
 name: review
