@@ -1,11 +1,12 @@
-"""Path helpers every step may use (below the pipeline, like `errors`): nothing here reads a file, and the one
-write is `write_atomically`, which the files the engine saves beside a rubric (heads, adapters) share."""
+"""Path helpers every step may use (below the pipeline, like `errors`), and the one write and one read the files the
+engine saves beside a rubric (heads, adapters) share: `write_atomically` and `read_saved_tensors`."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from pathlib import Path
+from typing import Any, Sequence
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -20,6 +21,30 @@ def write_atomically(path: Path, data: bytes) -> None:
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def read_saved_tensors(path: Path, *, what: str, keys: Sequence[str], error: type[Exception], writer: str,
+                       damaged_hint: str = "") -> tuple[list[str | None], dict[str, Any]]:
+    """A saved safetensors file's header values under `keys` and its tensors, each refusal an `error` in one line
+    naming `path`: a folder, a missing file, a file without `keys[0]` in its header ("not a {what} file"; `writer`
+    says how to make one), an unreadable or damaged one (`damaged_hint` appended)."""
+    from safetensors import SafetensorError, safe_open
+
+    if path.is_dir():
+        raise error(f"{path} is a folder, not a {what} file ({writer})")
+    if not path.is_file():
+        raise error(f"{what} file not found: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            header = handle.metadata() or {}
+            values = [header.get(key) for key in keys]
+            if values[0] is None:
+                raise error(f"{path}: not a {what} file (no {keys[0]} metadata); {writer}")
+            return values, {key: handle.get_tensor(key) for key in handle.keys()}
+    except SafetensorError as problem:
+        raise error(f"{path}: cannot read the {what} file: not a safetensors file, or a damaged one ({problem}){damaged_hint}") from None
+    except OSError as problem:
+        raise error(f"{path}: cannot read the {what} file: {problem.strerror or problem}") from None
 
 
 def readable_copy(path: Path) -> Path:

@@ -29,7 +29,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ModelError
-from ..paths import readable_copy, write_atomically
+from ..paths import read_saved_tensors, readable_copy, write_atomically
 from .prefix_store import weights_fingerprint
 
 FORMAT = 1
@@ -182,23 +182,10 @@ class Adapter:
 
     @classmethod
     def load(cls, path: str | Path) -> Adapter:
-        from safetensors import SafetensorError, safe_open
 
         path = Path(path)
-        if path.is_dir():
-            raise ModelError(f"{path} is a folder, not an adapter file (decisionflow tune writes NAME{SUFFIX})")
-        if not path.is_file():
-            raise ModelError(f"adapter file not found: {path}")
-        try:
-            with safe_open(str(path), framework="pt") as handle:
-                header = (handle.metadata() or {}).get(METADATA_KEY)
-                if header is None:
-                    raise ModelError(f"{path}: not an adapter file (no {METADATA_KEY} metadata); tune one with `decisionflow tune`")
-                tensors = {key: handle.get_tensor(key) for key in handle.keys()}
-        except SafetensorError as error:
-            raise ModelError(f"{path}: cannot read the adapter file: not a safetensors file, or a damaged one ({error})") from None
-        except OSError as error:
-            raise ModelError(f"{path}: cannot read the adapter file: {error.strerror or error}") from None
+        (header,), tensors = read_saved_tensors(path, what="adapter", keys=(METADATA_KEY,), error=ModelError,
+                                                writer="tune one with `decisionflow tune`")
         try:
             metadata = AdapterMetadata.model_validate_json(header)
         except ValidationError as error:

@@ -31,7 +31,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
 from ...errors import HeadsError
-from ...paths import readable_copy, write_atomically
+from ...paths import read_saved_tensors, readable_copy, write_atomically
 from ...spec.rubric import Rubric
 from .lexical import Lexicon
 
@@ -419,25 +419,11 @@ class Heads:
 
     @classmethod
     def load(cls, path: str | Path) -> Heads:
-        from safetensors import SafetensorError, safe_open
 
         path = Path(path)
-        if path.is_dir():
-            raise HeadsError(f"{path} is a folder, not a heads file (decisionflow fit writes NAME.heads.safetensors)")
-        if not path.is_file():
-            raise HeadsError(f"heads file not found: {path}")
-        try:
-            with safe_open(str(path), framework="pt") as handle:
-                header = (handle.metadata() or {}).get(METADATA_KEY)
-                terms = (handle.metadata() or {}).get(LEXICON_KEY)
-                if header is None:
-                    raise HeadsError(f"{path}: not a heads file (no {METADATA_KEY} metadata); fit one with `decisionflow fit`")
-                tensors = {key: handle.get_tensor(key) for key in handle.keys()}
-        except SafetensorError as error:
-            raise HeadsError(f"{path}: cannot read the heads file: not a safetensors file, or a damaged one ({error}); "
-                             "fit one with `decisionflow fit`") from None
-        except OSError as error:
-            raise HeadsError(f"{path}: cannot read the heads file: {error.strerror or error}") from None
+        (header, terms), tensors = read_saved_tensors(path, what="heads", keys=(METADATA_KEY, LEXICON_KEY), error=HeadsError,
+                                                       writer="fit one with `decisionflow fit`",
+                                                       damaged_hint="; fit one with `decisionflow fit`")
         try:
             metadata = HeadsMetadata.model_validate_json(header)
         except ValidationError as error:
