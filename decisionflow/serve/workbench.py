@@ -1,5 +1,11 @@
-"""The playground's routes beside deciding: a served rubric's YAML, the rubric written in other forms, coherence
-checks of one field, and an evaluation on labelled rows.
+"""The playground's routes beside deciding: a rubric checked and planned, a served rubric's YAML, the rubric written
+in other forms, coherence checks of one field, and an evaluation on labelled rows.
+
+- `POST /v1/rubrics/validate` `{"rubric": "<YAML>" | "name": NAME}`: the rubric read as the inline route reads it
+  (a rubric that does not validate is the same located 422 `RubricError`), then its plan: each field's round and
+  what it depends on (`after`, `when`, ...), and how each field of it is read on this server (`readout`: by name
+  with its calibration and fitted heads, or zero-shot; the adapter merged into the model, if any). Nothing is
+  decided, nothing is compiled and no budget of new question sets is charged.
 
 - `GET /v1/rubrics/{name}/yaml`: `{"name", "yaml"}`, the served rubric as YAML (`spec.yaml_rubric.dump_rubric`).
 - `POST /v1/rubrics/export` `{"rubric": "<YAML>" | "name": NAME, "text"?: input}`: the rubric as YAML, as a
@@ -8,13 +14,15 @@ checks of one field, and an evaluation on labelled rows.
 - `POST /v1/rubrics/coherence` `{"rubric": "<YAML>", "text": input, "field": NAME}`: the field in the rubric as
   written, then in variants built by `quality.variants` (its options reversed and rotated; the field alone)
   and, for a boolean field, its question negated; each gap a number.
-- `POST /v1/rubrics/eval` `{"rubric": "<YAML>", "rows": [{"text": input, "<field>": gold, ...}]}`: each row
-  decided, then each labelled field scored by `quality.evaluate` (accuracy, macro-F1, ECE, reliability,
-  abstention), with its confusion matrix and its coverage/accuracy curve (`stats.metrics.selective_prediction`).
+- `POST /v1/rubrics/eval` `{"rubric": "<YAML>" | "name": NAME, "rows": [{"text": input, "<field>": gold, ...}]}`:
+  each row decided, then each labelled field scored by `quality.evaluate` (accuracy, macro-F1, ECE, reliability,
+  abstention), with its confusion matrix and its coverage/accuracy curve (`stats.metrics.selective_prediction`);
+  `evaluated` says how (`readout`). A served rubric given by `name` is decided as its own route decides it, with its
+  calibration and fitted heads.
 
-Every rubric these routes decide is sent through `POST /v1/rubrics/decide`'s own path (`inline`): the same body
+Every YAML rubric these routes decide is sent through `POST /v1/rubrics/decide`'s own path (`inline`): the same body
 limit, API keys, error shapes, budget of new question sets and batching; a variant is a new question set like
-any other.
+any other. A served rubric named is decided through `POST /v1/rubrics/{name}/decide`'s path (`rubrics`).
 """
 
 from __future__ import annotations
@@ -31,12 +39,14 @@ from ..fitting.readings import Reading
 from ..quality.evaluate import score_abstention, score_readings
 from ..quality.labelled import label_of
 from ..quality.variants import choice_labels, cyclic_orders, reordered_rubric
+from ..spec.plan import make_plan
 from ..spec.rubric import FieldKind, FieldSpec, Rubric
 from ..spec.yaml_rubric import dump_rubric
 from ..stats.metrics import selective_prediction
 from .body import input_shape_problem, json_type, parse_json, request_object
 from .inline import read_rubric
 from .refusals import HttpRefusal, Located
+from .registry import field_description
 from .settings import Limits
 
 MAX_EVAL_ROWS = 100
@@ -85,6 +95,61 @@ def served_yaml(registry: Any, name: str) -> dict[str, Any]:
     if entry is None:
         raise HttpRefusal(404, "NotFound", f"no rubric named {name[:80]!r}; GET /v1/rubrics lists the rubrics served")
     return {"name": name, "yaml": dump_rubric(entry.rubric)}
+
+
+# -- checking and planning ---------------------------------------------------------------------------------------
+
+def _counted(number: int, what: str) -> str:
+    return f"{number} {what}{'' if number == 1 else 's'}"
+
+
+def parse_validate(body: Any, registry: Any, limits: Limits) -> tuple[Rubric, Any]:
+    """The rubric a validate request sends (`rubric`, YAML) or names (`name`, served), and its registry entry."""
+    body = request_object(body, shape=' ({"rubric": "<YAML>"} or {"name": NAME})', allowed=("rubric", "name"))
+    rubric = rubric_of_request(body, registry, limits)
+    return rubric, registry.get(body["name"]) if "name" in body else None
+
+
+def adapter_description(adapter: Any) -> dict[str, Any] | None:
+    """The LoRA adapter merged into the server's model (`serve --adapter`, or the one beside the rubrics): its file's
+    name (never its folder), rank, the projections it adapts and the rubric it was tuned for; None without one."""
+    if adapter is None:
+        return None
+    metadata = adapter.metadata
+    return {"file": adapter.path.name if adapter.path is not None else None, "rank": metadata.rank,
+            "targets": list(metadata.targets), "tuned_for": metadata.rubric}
+
+
+def readout_of(rubric: Rubric, entry: Any, adapter: Any) -> dict[str, Any]:
+    """How the fields of `rubric` are read on this server: `by` `name` (a served rubric decided by its own route, with
+    the calibration and fitted heads saved beside it) or `yaml` (sent inline: zero-shot); `fitted`, the fields a
+    fitted head answers; `calibrated`, the fields the calibration rescales or thresholds; `adapter`, the adapter
+    merged into the model for every route (`adapter_description`)."""
+    calibration = getattr(entry, "calibration", None)
+    return {
+        "by": "name" if entry is not None else "yaml",
+        "name": entry.name if entry is not None else None,
+        "fitted": [name for name in rubric.fields if entry is not None and name in entry.fitted],
+        "calibrated": [name for name in rubric.fields if calibration is not None and name in calibration.fields],
+        "adapter": adapter_description(adapter),
+    }
+
+
+def validate_answer(rubric: Rubric, entry: Any, *, pin_first: bool | None, adapter: Any) -> dict[str, Any]:
+    """A rubric that validates: its fields as `GET /v1/rubrics` lists them, each with the `round` it is read in (None
+    for a derived field, computed from others), its plan, how it is read (`readout_of`) and a one-line summary."""
+    plan = make_plan(rubric, pin_first=pin_first)
+    rounds = {name: round_.index for round_ in plan.rounds for name in round_.fields}
+    fields = [{**field_description(spec), "round": rounds.get(spec.name)} for spec in rubric]
+    derived = f", {_counted(len(plan.derived), 'derived field')}" if plan.derived else ""
+    return {
+        "valid": True,
+        "rubric": rubric.name,
+        "summary": f"valid: {_counted(len(fields), 'field')}, {_counted(plan.forward_passes, 'round')}{derived}",
+        "fields": fields,
+        "plan": {**plan.to_dict(), "forward_passes": plan.forward_passes},
+        "readout": readout_of(rubric, entry, adapter),
+    }
 
 
 # -- the rubric in other forms -----------------------------------------------------------------------------------
@@ -285,10 +350,14 @@ def parse_coherence(body: Any, limits: Limits) -> tuple[Rubric, str, Any]:
 
 # -- evaluation --------------------------------------------------------------------------------------------------
 
-def parse_eval(body: Any, limits: Limits) -> tuple[Rubric, list[dict[str, Any]]]:
-    body = request_object(body, shape=' ({"rubric": "<YAML>", "rows": [{"text": ..., "<field>": gold}, ...]})',
-                          allowed=("rubric", "rows"))
-    text = _rubric_text(body)
+def parse_eval(body: Any, limits: Limits, registry: Any = None) -> tuple[Rubric, list[dict[str, Any]], Any]:
+    """The rubric (`rubric`, YAML, or `name`, a served rubric), the rows and the served rubric's registry entry
+    (None for YAML)."""
+    body = request_object(body, shape=' ({"rubric": "<YAML>" or "name": NAME, "rows": [{"text": ..., "<field>": gold}, ...]})',
+                          allowed=("rubric", "name", "rows"))
+    if "name" in body and "rubric" in body:
+        raise Located(DataError("send either `rubric` (YAML) or `name` (a served rubric), not both"), "name")
+    text = None if "name" in body else _rubric_text(body)
     rows = body.get("rows")
     if not isinstance(rows, list) or not rows:
         got = "an empty list" if rows == [] else "nothing" if rows is None else json_type(rows)
@@ -303,8 +372,10 @@ def parse_eval(body: Any, limits: Limits) -> tuple[Rubric, list[dict[str, Any]]]
             _input(row)
         except Located as refused:
             raise Located(refused.error, f"rows[{index}].{refused.field}") from None
-    rubric = read_rubric(text, limits)
-    return rubric, rows
+    if text is not None:
+        return read_rubric(text, limits), rows, None
+    rubric = rubric_of_request({"name": body["name"]}, registry, limits)
+    return rubric, rows, registry.get(body["name"])
 
 
 def gold_label(value: Any) -> str | None:
@@ -325,8 +396,8 @@ def reading_of(answer: dict[str, Any] | None, name: str, error: str) -> Reading:
                    bool(field.get("abstained")))
 
 
-def eval_answer(rubric: Rubric, rows: list[dict[str, Any]], answers: list[dict[str, Any] | None], errors: list[str]
-                ) -> dict[str, Any]:
+def eval_answer(rubric: Rubric, rows: list[dict[str, Any]], answers: list[dict[str, Any] | None], errors: list[str],
+                evaluated: dict[str, Any] | None = None) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for spec in rubric:
         labelled = [(i, gold_label(row.get(spec.name))) for i, row in enumerate(rows)]
@@ -354,8 +425,11 @@ def eval_answer(rubric: Rubric, rows: list[dict[str, Any]], answers: list[dict[s
         summary["coverage_curve"] = curve
         fields[spec.name] = summary
     ignored = sorted({key for row in rows for key in row if key != "text" and key not in rubric.fields})
-    return {"rubric": rubric.name, "rows": len(rows), "errors": sum(bool(e) for e in errors), "fields": fields,
-            "ignored_columns": ignored}
+    answer = {"rubric": rubric.name, "rows": len(rows), "errors": sum(bool(e) for e in errors), "fields": fields,
+              "ignored_columns": ignored}
+    if evaluated is not None:
+        answer["evaluated"] = evaluated
+    return answer
 
 
 # -- the routes --------------------------------------------------------------------------------------------------
@@ -369,6 +443,19 @@ def add_workbench_routes(app: Any, service: Any, inline: Any, limits: Limits, *,
     async def decided(rubric: Rubric, text: Any, note: Any) -> dict[str, Any]:
         raw = json.dumps({"rubric": dump_rubric(rubric), "text": text}).encode()
         return await service.question_set(inline, raw, note)
+
+    def pin_first() -> bool | None:
+        return getattr(getattr(service.engine, "options", None), "pin_first", None)
+
+    @app.post("/v1/rubrics/validate")
+    async def rubric_validate(request: Request) -> Any:
+        """A YAML rubric (or a served one by name) checked and planned, nothing decided (see `validate_answer`)."""
+        async def work(raw: bytes, note: Any) -> Any:
+            def check() -> dict[str, Any]:
+                rubric, entry = parse_validate(parse_json(raw), registry, limits)
+                return validate_answer(rubric, entry, pin_first=pin_first(), adapter=getattr(service.engine, "adapter", None))
+            return await service.off_loop(check)
+        return await answered(request, work)
 
     @app.get("/v1/rubrics/{name}/yaml")
     async def rubric_yaml(name: str, request: Request) -> Any:
@@ -398,15 +485,25 @@ def add_workbench_routes(app: Any, service: Any, inline: Any, limits: Limits, *,
 
     @app.post("/v1/rubrics/eval")
     async def rubric_eval(request: Request) -> Any:
-        """A YAML rubric scored on labelled rows (see `eval_answer`)."""
+        """A YAML rubric, or a served one by name, scored on labelled rows (see `eval_answer`)."""
         async def work(raw: bytes, note: Any) -> Any:
-            rubric, rows = await service.off_loop(lambda: parse_eval(parse_json(raw), limits))
+            rubric, rows, entry = await service.off_loop(lambda: parse_eval(parse_json(raw), limits, registry))
             answers: list[dict[str, Any] | None] = [None] * len(rows)
             errors = [""] * len(rows)
+            if entry is not None:
+                note.rubric = entry.name
+
+            async def decide(text: Any) -> dict[str, Any]:
+                if entry is None:
+                    return await decided(rubric, text, note)
+                # As `POST /v1/rubrics/{name}/decide` decides it: its calibration and heads applied.
+                decision = await service.decide_one(("rubric", entry.name), entry.rubric, entry.calibration, entry.heads,
+                                                    text, "text", note)
+                return decision.to_dict()
 
             async def one(index: int) -> None:
                 try:
-                    answers[index] = await decided(rubric, rows[index]["text"], note)
+                    answers[index] = await decide(rows[index]["text"])
                 except Located as refused:
                     if refused.field != "text":
                         raise
@@ -414,5 +511,6 @@ def add_workbench_routes(app: Any, service: Any, inline: Any, limits: Limits, *,
 
             await one(0)  # the first row prepares the rubric (charged once); the others are batched together
             await asyncio.gather(*(one(index) for index in range(1, len(rows))))
-            return await service.off_loop(lambda: eval_answer(rubric, rows, answers, errors))
+            evaluated = readout_of(rubric, entry, getattr(service.engine, "adapter", None))
+            return await service.off_loop(lambda: eval_answer(rubric, rows, answers, errors, evaluated))
         return await answered(request, work)
