@@ -1,5 +1,8 @@
 """`decisionflow playground RUBRIC`: serve the shipped workflows and RUBRIC on a free loopback port, print the
-playground's address (the page at `GET /`, see `serve.page`), and open it in a browser where there is one."""
+playground's address (the page at `GET /`, see `serve.page`), and open it in a browser where there is one.
+
+`--adapter PATH` / `--no-adapter` are `serve`'s and `run`'s: by default the LoRA adapter saved beside RUBRIC (a YAML
+file) is merged into the model; the engine is one, so the shipped workflows served beside it read through it too."""
 
 from __future__ import annotations
 
@@ -14,14 +17,17 @@ import typer
 
 from ..serve.settings import Access, Limits, ServeSettings
 from .common import (
+    AdapterOption,
     DeviceOption,
     DtypeOption,
     ExactOption,
     LoaderOption,
     ModelOption,
+    NoAdapterOption,
     NoHeadsOption,
     RubricRef,
     ThreadsOption,
+    chosen_adapter,
     chosen_calibration,
     chosen_heads,
     guarded,
@@ -43,6 +49,8 @@ def playground_command(
     open_browser: Annotated[bool, typer.Option(
         "--open/--no-open", help="Open the page in a browser when one is available (never an error when none is).")] = True,
     no_heads: NoHeadsOption = False,
+    adapter_path: AdapterOption = None,
+    no_adapter: NoAdapterOption = False,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
@@ -67,8 +75,12 @@ def playground_command(
     from ..serve.server import bind, serve
 
     name, entries = guarded(ctx, err, lambda: _served(rubric, heads=not no_heads))
+    adapter, _ = guarded(ctx, err, lambda: chosen_adapter(rubric, adapter_path, no_adapter))
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, threads=threads, device=device,
-                                                   dtype=dtype, loader=loader))
+                                                   dtype=dtype, loader=loader, adapter=adapter))
+    if adapter is not None:
+        # Answers change under a tuned adapter: say which file does it (one engine, so every rubric served reads through it).
+        say(err, f"adapter: {adapter.describe()} (merged for every rubric served)")
     app = guarded(ctx, err, lambda: create_app(engine, RubricRegistry(entries),
                                                ServeSettings(access=Access(api_keys=keys), limits=PLAYGROUND_LIMITS)))
     sock = guarded(ctx, err, lambda: bind("127.0.0.1", port))

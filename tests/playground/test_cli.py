@@ -16,7 +16,7 @@ import typer
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))
-from serve_client import TICKETS, Client  # noqa: E402
+from serve_client import TICKETS, Client, stand_in_engine  # noqa: E402
 
 from decisionflow.cli import app, playground  # noqa: E402
 
@@ -95,3 +95,64 @@ def test_the_command_serves_the_rubric_and_prints_the_address(tmp_path):
             process.kill()
             process.wait()
     assert "decisionflow playground at " + url in process.stderr.read()
+
+
+def adapter_file(path: Path) -> Path:
+    """A small adapter file, as `decisionflow tune` writes one (read, never merged: the model is a stand-in here)."""
+    import torch
+
+    from decisionflow.runtime.adapter import Adapter, AdapterMetadata
+
+    metadata = AdapterMetadata(rubric="my_tickets", rubric_fingerprint="f", model="m", weights="w", rank=1, alpha=1.0,
+                               targets=["q_proj"])
+    weights = {"model.layers.0.self_attn.q_proj": (torch.zeros(1, 4), torch.zeros(4, 1))}
+    return Adapter(metadata, weights).save(path)
+
+
+def invoke_playground(monkeypatch, *args: str):
+    """`decisionflow playground ARGS --no-open` with the model load and the server stubbed: the adapter each load
+    was given, and the result."""
+    given = []
+
+    def load_engine(*_, adapter=None, **__):
+        given.append(adapter)
+        return stand_in_engine()
+
+    def serve(app, sock, *, on_started=None, **_):
+        on_started()
+        sock.close()
+
+    monkeypatch.setattr("decisionflow.cli.playground.load_engine", load_engine)
+    monkeypatch.setattr("decisionflow.serve.server.serve", serve)
+    return runner.invoke(app, ["playground", *args, "--no-open"]), given
+
+
+def test_the_adapter_beside_the_rubric_is_merged_unless_no_adapter_says_otherwise(tmp_path, monkeypatch):
+    rubric = tmp_path / "my_tickets.yaml"
+    rubric.write_text(TICKETS, encoding="utf-8")
+    beside = adapter_file(tmp_path / "my_tickets.adapter.safetensors")
+    result, given = invoke_playground(monkeypatch, str(rubric))
+    assert result.exit_code == 0, result.output
+    assert [adapter.path for adapter in given] == [beside]
+    assert f"adapter: {beside} (rank 1, q_proj; tuned for 'my_tickets') (merged for every rubric served)" in result.stderr
+    plain, given = invoke_playground(monkeypatch, str(rubric), "--no-adapter")
+    assert plain.exit_code == 0 and given == [None] and "adapter: " not in plain.stderr
+    elsewhere = adapter_file(tmp_path / "other" / "tuned.adapter.safetensors")
+    chosen, given = invoke_playground(monkeypatch, "support_triage", "--adapter", str(elsewhere))
+    assert chosen.exit_code == 0 and [adapter.path for adapter in given] == [elsewhere], chosen.output
+
+
+def test_adapter_options_that_cannot_hold_stop_before_the_model_loads(tmp_path, monkeypatch):
+    rubric = tmp_path / "my_tickets.yaml"
+    rubric.write_text(TICKETS, encoding="utf-8")
+    both, given = invoke_playground(monkeypatch, str(rubric), "--adapter", str(adapter_file(tmp_path / "a.adapter.safetensors")),
+                                    "--no-adapter")
+    assert both.exit_code != 0 and given == []
+    assert both.stderr.strip().splitlines() == ["error: give --adapter or --no-adapter, not both"]
+    missing, given = invoke_playground(monkeypatch, str(rubric), "--adapter", str(tmp_path / "none.adapter.safetensors"))
+    assert missing.exit_code != 0 and given == []
+    assert "none.adapter.safetensors" in missing.stderr and missing.stderr.startswith("error: ")
+    damaged = tmp_path / "damaged.adapter.safetensors"
+    damaged.write_bytes(b"not an adapter")
+    broken, given = invoke_playground(monkeypatch, str(rubric), "--adapter", str(damaged))
+    assert broken.exit_code != 0 and given == [] and "damaged.adapter.safetensors" in broken.stderr
