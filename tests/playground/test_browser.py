@@ -2,9 +2,11 @@
 model and an API key: the shipped support-triage workflow run on a ticket shows what the API answers for the same
 request; the workflow's YAML, loaded and edited, compares with the served workflow field by field; the coherence
 checks, an evaluation of a labelled file and the copies as YAML, a class and two requests show what their routes
-answer; a broken YAML rubric shows its located error as text; markup typed into the input, the rubric and a labelled
-file creates no element and no dialog. Each view is written as a PNG to `out/playground/` (override with
-`$DECISIONFLOW_PLAYGROUND_SCREENSHOTS`) for inspection.
+answer; a broken YAML rubric shows its located error as text, under the editor as it is typed and on Run; each field
+says the round it was read in, what it depends on and which readout answered, and the plan is drawn as the route
+plans it; markup typed into the input, the rubric and a labelled file creates no element and no dialog. Each view is
+checked with axe-core (vendored in `vendor/`) against the WCAG 2 A and AA rules, and written as a PNG to
+`out/playground/` (override with `$DECISIONFLOW_PLAYGROUND_SCREENSHOTS`) for inspection.
 
 chromium comes from apt (`scripts/setup.sh` installs it: `apt-get install -y --no-install-recommends chromium`),
 never from `playwright install`; without it this test fails rather than skips."""
@@ -29,6 +31,9 @@ from decisionflow.spec.yaml_rubric import loads_rubric  # noqa: E402
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
+AXE = Path(__file__).resolve().parent / "vendor" / "axe.min.js"
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
+"""The WCAG 2.0, 2.1 and 2.2 A and AA rules of axe-core: contrast, names and labels, keyboard and focus, structure."""
 CHROMIUM = Path("/usr/bin/chromium")
 SETUP_STEP = ("scripts/setup.sh installs it as root (`apt-get install -y --no-install-recommends chromium`); "
               "Playwright comes with the dev extra (`pip install -e '.[dev]'`)")
@@ -119,6 +124,23 @@ def rendered(page) -> dict:
     ]))""")
 
 
+def accessible(page, view: str) -> None:
+    """axe-core's WCAG 2 A/AA rules find no violation in the page as it is now. axe is evaluated in the page by the
+    test's driver (the page's Content-Security-Policy admits no script but its own, and is left on)."""
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.evaluate(AXE.read_text(encoding="utf-8") + "\n;typeof window.axe")
+    found = page.evaluate("""async (tags) => {
+        const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']});
+        return {violations: result.violations.map((v) => ({id: v.id, help: v.help,
+                    nodes: v.nodes.slice(0, 5).map((n) => n.target.join(' ') + ': ' + n.failureSummary)})),
+                checked: [...result.passes, ...result.violations, ...result.incomplete].map((rule) => rule.id)};
+    }""", AXE_TAGS)
+    assert found["violations"] == [], (view, found["violations"])
+    # The rules that matter most here did run on something (a rule with nothing to check is left out of `checked`).
+    assert {"color-contrast", "label", "button-name", "aria-allowed-attr", "document-title", "html-has-lang"} <= set(
+        found["checked"]), view
+
+
 def no_injected_markup(page) -> None:
     found = page.evaluate("""() => ({images: document.images.length,
         scripts: [...document.scripts].map((s) => s.getAttribute('src')),
@@ -137,11 +159,7 @@ def test_the_page_runs_the_support_triage_workflow_and_shows_what_the_api_answer
     page.wait_for_selector("#results:not([hidden])", timeout=60_000)
     page.screenshot(path=str(screenshots / "02-support-triage.png"), full_page=True)
 
-    api = Client(port)
-    try:
-        reply = api.post(f"/v1/rubrics/{WORKFLOW}/decide", {"text": TICKET}, headers={"Authorization": f"Bearer {KEY}"})
-    finally:
-        api.close()
+    reply = api(port, f"/v1/rubrics/{WORKFLOW}/decide", {"text": TICKET})
     assert reply.status == 200, reply.body
     shown = rendered(page)
     assert list(shown) == list(reply.body["fields"])
@@ -161,6 +179,35 @@ def test_the_page_runs_the_support_triage_workflow_and_shows_what_the_api_answer
             assert got["shown"] == "not asked"
     summary = page.text_content("#results-summary")
     assert summary.startswith(f"{WORKFLOW} · {len(reply.body['fields'])} fields · ") and " forward passes" in summary
+    assert summary.endswith(" · as served")
+
+    # Each field's dependencies and readout, and the plan drawn: as GET /v1/rubrics and the validate route say.
+    listed = {entry["name"]: entry for entry in api(port, "/v1/rubrics").body["rubrics"]}[WORKFLOW]
+    described = {field["name"]: field for field in listed["fields"]}
+    readout = api(port, "/v1/rubrics/validate", {"name": WORKFLOW}).body["readout"]
+    assert readout == {"by": "name", "name": WORKFLOW, "fitted": [], "calibrated": [], "adapter": None}
+    for name, field in reply.body["fields"].items():
+        assert shown[name]["facts"]["depends on"] == dependencies_text(described[name]), name
+        assert shown[name]["facts"]["readout"] == readout_text(field), name
+    assert shown["root_cause_area"]["facts"]["depends on"] == "when production_affected is true"
+    assert shown["primary_department"]["facts"]["depends on"] == "none"
+    drawn = drawn_plan(page)
+    rounds = listed["plan"]["rounds"]
+    assert drawn["columns"] == [f"round {r['index']}" + (" (pinned)" if r["pinned"] else "") for r in rounds]
+    assert sorted(drawn["boxes"]) == sorted(described)
+    for round_ in rounds:  # a column per round, left to right
+        assert {drawn["boxes"][name] for name in round_["fields"]} == {drawn["boxes"][round_["fields"][0]]}
+    assert [drawn["boxes"][r["fields"][0]] for r in rounds] == sorted(drawn["boxes"][r["fields"][0]] for r in rounds)
+    edges = {f"{dependency} \u2192 {name} ({'when' if (field['when'] or {}).get('field') == dependency else 'after'})"
+             for name, field in described.items() for dependency in field["depends_on"]}
+    assert sorted(edge["title"] for edge in drawn["edges"]) == sorted(edges) and len(edges) > 20
+    for edge in drawn["edges"]:  # from the right side of the field depended on to the left side of the one reading it
+        source, target = edge["title"].split(" ")[0], edge["title"].split(" ")[2]
+        assert edge["x1"] == pytest.approx(drawn["boxes"][source] + drawn["width"], abs=0.01), edge
+        assert edge["x2"] == pytest.approx(drawn["boxes"][target], abs=0.01), edge
+    assert page.text_content("#plan-summary") == (f"{WORKFLOW}: valid: {len(described)} fields, {len(rounds)} rounds "
+                                                   f"({len(edges)} dependencies)")
+    accessible(page, "support_triage answered")
 
     page.click("#copy-curl")
     curl = page.text_content("#curl-text")
@@ -169,15 +216,32 @@ def test_the_page_runs_the_support_triage_workflow_and_shows_what_the_api_answer
 
 
 def test_a_broken_rubric_shows_its_located_error_as_text(page, screenshots):
+    checks, decided = [], []
+    page.on("request", lambda request: (checks if request.url.endswith("/v1/rubrics/validate") else
+                                        decided if request.url.endswith("/decide") else []).append(request))
     unlock(page)
+    page.wait_for_function("() => document.getElementById('yaml-check-summary').textContent.startsWith('valid')")
+    assert page.text_content("#yaml-check-summary") == "valid: 3 fields, 2 rounds"  # the example rubric
+    # Checked as it is typed: once typing pauses, not at every key.
+    before = len(checks)
+    page.locator("#rubric-yaml").press_sequentially("\n# typed", delay=40)
+    page.wait_for_function("() => document.getElementById('yaml-check-summary').textContent.startsWith('valid')")
+    page.wait_for_timeout(500)
+    assert 1 <= len(checks) - before <= 2 and checks[-1].post_data_json["rubric"].endswith("\n# typed")
     page.fill("#rubric-yaml", BROKEN)
     assert page.input_value("#rubric-choice") == ""  # editing the YAML chooses it
+    page.wait_for_function("() => document.getElementById('yaml-check-summary').textContent.startsWith('not valid')")
+    assert page.text_content("#yaml-check-summary") == "not valid: 1 problem"
+    assert page.eval_on_selector_all("#yaml-check-problems li", "nodes => nodes.map((node) => node.textContent)") == [
+        "rubric.fields.team.options: a choice field needs at least two options, got 1 (line 6)"]
+    assert decided == []  # checking decides nothing
     page.fill("#input-text", "I was charged twice")
     page.click("#run")
     page.wait_for_selector("#error:not([hidden])")
     summary = page.text_content("#error-summary")
     assert summary == "422 RubricError at rubric.fields.team.options: a choice field needs at least two options, got 1 (line 6)"
     assert page.locator("#results").is_hidden()
+    accessible(page, "a broken rubric")
     page.screenshot(path=str(screenshots / "03-rubric-error.png"), full_page=True)
 
 
@@ -216,6 +280,46 @@ def test_the_controls_are_reached_with_tab_in_reading_order(page):
     labelled = page.evaluate("""() => [...document.querySelectorAll('input, select, textarea')]
         .every((control) => control.labels.length === 1 && control.labels[0].textContent.trim() !== '')""")
     assert labelled
+
+
+FITTED_READOUTS = {"fitted": "fitted head", "ngram": "fitted head (on the words)", "fused": "fitted head (fused)"}
+
+
+def readout_text(field: dict, calibrated: bool = False, adapter: bool = False) -> str:
+    """Which readout answered a field, as the page writes it."""
+    if field.get("asked", True) is False:
+        return "not asked"
+    parts = [FITTED_READOUTS.get(field["method"], "derived" if field["method"] == "derived" else "zero-shot")]
+    return " + ".join(parts + ["calibrated"] * calibrated + ["adapter"] * adapter)
+
+
+def dependencies_text(field: dict) -> str:
+    """A field's dependencies, as the page writes them from `GET /v1/rubrics`'s description."""
+    parts = []
+    for dependency in field["depends_on"]:
+        if field["when"] and field["when"]["field"] == dependency:
+            parts.append(f"when {dependency} is " + " or ".join(json.dumps(v) if not isinstance(v, str) else v
+                                                                for v in field["when"]["values"]))
+        elif field["derived"] and dependency in field["derived"]["reads"]:
+            parts.append(f"computed from {dependency}")
+        else:
+            parts.append(f"after {dependency}")
+    return "; ".join(parts) or "none"
+
+
+def drawn_plan(page) -> dict:
+    """The plan's SVG as drawn: column titles, each box's left edge by field, each edge's title and ends."""
+    return page.evaluate("""() => {
+        const svg = document.querySelector('#plan-graph svg');
+        const boxes = [...svg.querySelectorAll('g.box')];
+        return {
+            columns: [...svg.querySelectorAll('text.column')].map((t) => t.textContent),
+            boxes: Object.fromEntries(boxes.map((g) => [g.querySelector('text').textContent, Number(g.querySelector('rect').getAttribute('x'))])),
+            width: Number(boxes[0].querySelector('rect').getAttribute('width')),
+            edges: [...svg.querySelectorAll('g.edge')].map((g) => ({title: g.querySelector('title').textContent,
+                x1: Number(g.querySelector('line').getAttribute('x1')), x2: Number(g.querySelector('line').getAttribute('x2'))})),
+        };
+    }""")
 
 
 def api(port, path: str, body=None):
@@ -278,6 +382,7 @@ def test_compare_shows_the_workflow_before_and_after_an_option_is_removed(page, 
     assert "infrastructure_reliability" not in department["after"]
     if before["primary_department"]["value"] == "infrastructure_reliability":
         assert "answer changed" in department["difference"]
+    accessible(page, "compare")
     page.screenshot(path=str(screenshots / "06-compare.png"), full_page=True)
     page.locator("#compare-view").screenshot(path=str(screenshots / "07-compare-table.png"))
 
@@ -314,6 +419,7 @@ def test_coherence_eval_and_copy_as_on_the_yaml_rubric(page, port, screenshots):
             assert row["gap"] == pytest.approx(check["gap"], abs=1e-6)
     assert "Whether it is NOT the case that the customer asks for money back" in shown[-1]["text"]
     assert "NOT the case that" in page.text_content("#coherence-note")
+    accessible(page, "coherence")
 
     # Eval: the dropped (here: chosen) file's rows scored by POST /v1/rubrics/eval, drawn as tables and SVG.
     page.set_input_files("#eval-file", files=[{"name": "labelled.csv", "mimeType": "text/csv", "buffer": EVAL_CSV.encode()}])
@@ -337,6 +443,8 @@ def test_coherence_eval_and_copy_as_on_the_yaml_rubric(page, port, screenshots):
         assert section.locator("svg.chart rect.bin").count() == drawn
         assert section.locator("svg.chart circle.point").count() == sum(
             1 for p in summary["coverage_curve"] if p["coverage"] is not None and p["accuracy"] is not None)
+    assert page.text_content("#eval-how") == "Evaluated the YAML in the editor (tickets), zero-shot."
+    accessible(page, "eval")
     page.screenshot(path=str(screenshots / "08-eval.png"), full_page=True)
     page.locator("#eval-view").screenshot(path=str(screenshots / "09-eval-figures.png"))
 
@@ -355,6 +463,18 @@ def test_coherence_eval_and_copy_as_on_the_yaml_rubric(page, port, screenshots):
         reply = api(port, route, json.loads(copied[what]))
         assert reply.status == 200, (route, reply.body)
     assert KEY not in "".join(copied.values())
+
+    # A served rubric, chosen and not edited, is evaluated by name (as served: its calibration, heads and adapter).
+    page.select_option("#rubric-choice", "sentiment")
+    with page.expect_request(lambda request: request.url.endswith("/v1/rubrics/eval")) as sent:
+        page.set_input_files("#eval-file", files=[{"name": "reviews.csv", "mimeType": "text/csv",
+                                                   "buffer": b"text,sentiment\na gorgeous film,positive\na dull mess,negative\n"}])
+    assert sent.value.post_data_json == {"name": "sentiment", "rows": [{"text": "a gorgeous film", "sentiment": "positive"},
+                                                                      {"text": "a dull mess", "sentiment": "negative"}]}
+    page.wait_for_function("() => document.getElementById('eval-summary').textContent.startsWith('reviews.csv')",
+                           timeout=60_000)
+    assert page.text_content("#eval-how") == ("Evaluated sentiment as served, by name: zero-shot (it has no calibration, "
+                                              "heads or adapter).")
 
 
 def test_markup_stays_text_in_compare_coherence_and_eval(page, screenshots):

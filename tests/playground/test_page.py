@@ -91,7 +91,11 @@ def test_the_script_never_parses_text_as_html():
     allowed = re.search(r"const SVG_ATTRIBUTES = new Set\(\[([^\]]*)\]\)", code)
     assert allowed and "if (!SVG_ATTRIBUTES.has(key)) throw" in code
     names = re.findall(r'"([^"]+)"', allowed.group(1))
-    assert names and not [name for name in names if name.lower().startswith("on") or "href" in name.lower() or name == "style"]
+    assert not [name for name in names if name.lower().startswith("on") or "href" in name.lower() or name == "style"]
+    # Exactly these: geometry (the charts' and the plan's boxes, lines and arrowheads), class, accessible names.
+    assert sorted(names) == sorted(["width", "height", "viewBox", "role", "aria-label", "class", "x", "y", "x1", "y1",
+                                    "x2", "y2", "d", "points", "cx", "cy", "r", "rx"])
+    assert code.count("setAttribute(") == len(re.findall(r"setAttribute\(([^,]+),", code))  # no other form of the call
     assert "localStorage" not in code and "sessionStorage" not in code and "document.cookie" not in code
 
 
@@ -124,11 +128,11 @@ def test_the_script_calls_only_routes_the_app_has(open_client):
     code = script()
     called = set(re.findall(r'"(/v1/[^"]*)"', code))
     assert called == {"/v1/rubrics/decide", "/v1/rubrics", "/v1/rubrics/", "/v1/rubrics/export", "/v1/rubrics/coherence",
-                      "/v1/rubrics/eval"}
+                      "/v1/rubrics/eval", "/v1/rubrics/validate"}
     assert '"/yaml"' in code and '"/decide"' in code
     app_paths = {route.path for route in open_client.app.routes}
     assert {"/v1/rubrics/decide", "/v1/rubrics", "/v1/rubrics/{name}/decide", "/v1/rubrics/{name}/yaml",
-            "/v1/rubrics/export", "/v1/rubrics/coherence", "/v1/rubrics/eval"} <= app_paths
+            "/v1/rubrics/export", "/v1/rubrics/coherence", "/v1/rubrics/eval", "/v1/rubrics/validate"} <= app_paths
 
 
 def test_the_wheel_carries_every_file_of_the_page():

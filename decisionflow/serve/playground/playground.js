@@ -26,16 +26,22 @@
     "",
   ].join("\n");
   const INLINE_ROUTE = "/v1/rubrics/decide";
+  const VALIDATE_ROUTE = "/v1/rubrics/validate";
+  const CHECK_DELAY_MS = 400; // the YAML is checked once typing pauses this long
   const SVG = "http://www.w3.org/2000/svg"; // the SVG namespace's name (nothing is fetched from it)
   // The only attributes the charts set: geometry, class, accessible names. Never a handler, never a link.
   const SVG_ATTRIBUTES = new Set(["width", "height", "viewBox", "role", "aria-label", "class", "x", "y", "x1", "y1",
-                                  "x2", "y2", "d", "points", "cx", "cy", "r"]);
+                                  "x2", "y2", "d", "points", "cx", "cy", "r", "rx"]);
+  // How a field was read, by the `method` its answer carries (runtime.result.FITTED_METHODS answer by a fitted head).
+  const FITTED_READOUTS = { fitted: "fitted head", ngram: "fitted head (on the words)", fused: "fitted head (fused)" };
 
   const $ = (id) => document.getElementById(id);
   let served = []; // what GET /v1/rubrics listed
   let running = false;
   let baselineYaml = EXAMPLE_RUBRIC; // the "before" of Compare: the YAML as it was last loaded
   let baselineName = ""; // ... decided by name (already prepared, its calibration and heads applied) when it was a served rubric's
+  const checked = new Map(); // POST /v1/rubrics/validate's answers, by "name:" or "yaml:" key (the last few)
+  let checkTimer = null;
 
   // -- building elements (text only) ----------------------------------------------------------
 
@@ -140,7 +146,33 @@
     list.appendChild(detail);
   }
 
-  function renderField(name, result) {
+  // How the field was read: the readout that answered (its `method`), then what the server applies to it
+  // (`readout` of POST /v1/rubrics/validate: its calibration when decided by name, the adapter merged into the model).
+  function readoutOf(name, result, readout) {
+    if (result.asked === false) return "not asked";
+    const parts = [FITTED_READOUTS[result.method] || (result.method === "derived" ? "derived" : "zero-shot")];
+    if (readout && (readout.calibrated || []).includes(name)) parts.push("calibrated");
+    if (readout && readout.adapter) parts.push("adapter");
+    return parts.join(" + ");
+  }
+
+  // What the field waits for, as the plan says: `after` dependencies, and the condition it is asked under.
+  function dependenciesOf(field) {
+    if (!field) return "n/a";
+    const parts = [];
+    for (const dependency of field.depends_on || []) {
+      if (field.when && field.when.field === dependency) {
+        parts.push("when " + dependency + " is " + field.when.values.map(shown).join(" or "));
+      } else if (field.derived && (field.derived.reads || []).includes(dependency)) {
+        parts.push("computed from " + dependency);
+      } else {
+        parts.push("after " + dependency);
+      }
+    }
+    return parts.join("; ") || "none";
+  }
+
+  function renderField(name, result, plan) {
     const section = el("section", "field");
     section.dataset.field = name;
     section.appendChild(el("h3", null, name));
@@ -164,6 +196,8 @@
       if (result.abstained) fact(facts, "abstained", "yes");
     }
     fact(facts, "round", result.round === null || result.round === undefined ? "n/a" : String(result.round));
+    if (plan) fact(facts, "depends on", dependenciesOf((plan.fields || []).find((field) => field.name === name)));
+    fact(facts, "readout", readoutOf(name, result, plan && plan.readout));
     fact(facts, "method", shown(result.method));
     section.appendChild(facts);
 
@@ -191,16 +225,18 @@
     return section;
   }
 
-  function showAnswers(request, body, elapsedMs) {
+  function showAnswers(request, body, elapsedMs, plan) {
     hideError();
     const fields = $("fields");
     clear(fields);
     const results = body.fields || {};
-    for (const name of Object.keys(results)) fields.appendChild(renderField(name, results[name]));
+    for (const name of Object.keys(results)) fields.appendChild(renderField(name, results[name], plan));
     const stats = body.stats || {};
     const parts = [request.rubric, counted(Object.keys(results).length, "field"), Math.round(elapsedMs) + " ms"];
     if (typeof stats.forward_passes === "number") parts.push(counted(stats.forward_passes, "forward pass"));
     if (typeof stats.input_tokens === "number") parts.push(counted(stats.input_tokens, "input token"));
+    if (plan && plan.readout) parts.push(plan.readout.by === "name" ? "as served" : "zero-shot");
+    if (plan && plan.readout && plan.readout.adapter) parts.push("adapter " + shown(plan.readout.adapter.file));
     $("results-summary").textContent = parts.join(" · ");
     $("results-summary").dataset.elapsedMs = String(Math.round(elapsedMs));
     fillFields(results);
@@ -267,8 +303,171 @@
       baselineName = name;
       $("rubric-choice").value = "";
       describeChoice();
+      checkEditor();
       $("status").textContent = "Loaded " + name + "'s YAML into the editor: Run sends it inline (zero-shot); Compare runs it against your edits.";
     });
+  }
+
+  // -- checking as you type, and the plan ------------------------------------------------------------
+
+  // POST /v1/rubrics/validate for a served rubric (`name`) or YAML: the reply, kept for the next asks of the same.
+  async function validated(name, yaml) {
+    const key = name ? "name:" + name : "yaml:" + yaml;
+    if (checked.has(key)) return checked.get(key);
+    const reply = await call(VALIDATE_ROUTE, name ? { name: name } : { rubric: yaml });
+    if (reply.ok) {
+      checked.set(key, reply);
+      while (checked.size > 8) checked.delete(checked.keys().next().value);
+    }
+    return reply;
+  }
+
+  // The plan and readout of the rubric a request decides (null when it cannot be had).
+  async function planOf(request) {
+    try {
+      const reply = request.path === INLINE_ROUTE ? await validated("", request.body.rubric) : await validated(request.rubric, "");
+      return reply.ok ? reply.body : null;
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function showCheck(reply) {
+    const summary = $("yaml-check-summary");
+    const problems = $("yaml-check-problems");
+    clear(problems);
+    summary.className = reply.ok ? "valid" : "invalid";
+    if (reply.ok) {
+      summary.textContent = reply.body.summary;
+      return;
+    }
+    const error = reply.body && typeof reply.body === "object" ? reply.body.error : null;
+    if (reply.status === 422 && error && error.type === "RubricError") {
+      summary.textContent = "not valid: " + counted((error.problems || []).length || 1, "problem");
+      const listed = error.problems && error.problems.length ? error.problems : [error];
+      for (const problem of listed) {
+        problems.appendChild(el("li", null, (problem.field ? problem.field + ": " : "") + shown(problem.message)));
+      }
+    } else if (reply.status === 401) {
+      summary.textContent = "not checked: the server asks for an API key";
+    } else {
+      const where = error && error.field ? " at " + error.field : "";
+      summary.textContent = "not checked: " + reply.status + (error ? " " + (error.type || "error") + where + ": " + shown(error.message) : "");
+    }
+  }
+
+  // Check the editor's YAML (once typing pauses): its located problems, or "valid: ..." and its plan drawn.
+  async function checkEditor() {
+    const yaml = $("rubric-yaml").value;
+    let reply;
+    try {
+      reply = await validated("", yaml);
+    } catch (failure) {
+      reply = { ok: false, status: 0, body: "could not reach the server: " + shown(failure && failure.message) };
+    }
+    if ($("rubric-yaml").value !== yaml) return; // edited since: a newer check follows
+    showCheck(reply);
+    if (!$("rubric-choice").value) {
+      if (reply.ok) drawPlan(reply.body, "the YAML rubric");
+      else $("plan-view").hidden = true;
+    }
+  }
+
+  function checkSoon() {
+    clearTimeout(checkTimer);
+    checkTimer = setTimeout(checkEditor, CHECK_DELAY_MS);
+  }
+
+  // The plan of the chosen rubric: a served one by name, else the editor's YAML.
+  async function showChosenPlan() {
+    const name = $("rubric-choice").value;
+    if (!name) return checkEditor();
+    try {
+      const reply = await validated(name, "");
+      if (reply.ok && $("rubric-choice").value === name) drawPlan(reply.body, name);
+    } catch (_) {
+      // the list said it is served; a plan that cannot be had leaves the last one drawn
+    }
+  }
+
+  function dependencyCount(number) {
+    return number + (number === 1 ? " dependency" : " dependencies");
+  }
+
+  // Arrowhead at (x2, y2) of a line from (x1, y1): a small triangle along the line.
+  function arrowhead(x1, y1, x2, y2) {
+    const length = Math.hypot(x2 - x1, y2 - y1) || 1;
+    const ux = (x2 - x1) / length;
+    const uy = (y2 - y1) / length;
+    const size = 7;
+    const bx = x2 - ux * size;
+    const by = y2 - uy * size;
+    return [[x2, y2], [bx - uy * size / 2, by + ux * size / 2], [bx + uy * size / 2, by - ux * size / 2]]
+      .map((point) => point[0].toFixed(1) + "," + point[1].toFixed(1)).join(" ");
+  }
+
+  // The plan as columns of boxes (one column per round, derived fields last) and an arrow per dependency.
+  function drawPlan(body, label) {
+    const fields = body.fields || [];
+    const rounds = (body.plan && body.plan.rounds) || [];
+    const columns = rounds.map((round) => ({ title: "round " + round.index + (round.pinned ? " (pinned)" : ""), names: round.fields }));
+    const derived = fields.filter((field) => field.round === null || field.round === undefined).map((field) => field.name);
+    if (derived.length) columns.push({ title: "derived", names: derived });
+    const longest = Math.max(8, ...fields.map((field) => field.name.length));
+    const boxWidth = Math.max(150, Math.min(320, 16 + 7.3 * longest)); // a column title ("round 0 (pinned)") fits too
+    const boxHeight = 24;
+    const rowGap = 8;
+    const columnGap = 64;
+    const top = 30;
+    const tallest = Math.max(1, ...columns.map((column) => column.names.length));
+    const width = 10 + columns.length * boxWidth + (columns.length - 1) * columnGap + 10;
+    const height = top + tallest * (boxHeight + rowGap) + 4;
+    const where = {};
+    columns.forEach((column, c) => column.names.forEach((name, r) => {
+      where[name] = { x: 10 + c * (boxWidth + columnGap), y: top + r * (boxHeight + rowGap), column: c };
+    }));
+    const edges = [];
+    for (const field of fields) {
+      for (const dependency of field.depends_on || []) {
+        if (where[dependency] && where[field.name]) {
+          edges.push({ from: dependency, to: field.name, when: !!(field.when && field.when.field === dependency) });
+        }
+      }
+    }
+    const svg = svgNode("svg", { width: width, height: height, viewBox: "0 0 " + width + " " + height, role: "img", class: "plan",
+      "aria-label": "The plan of " + label + ": " + counted(rounds.length, "round") + ", " + counted(fields.length, "field") + ", " +
+        dependencyCount(edges.length) + ". " + columns.map((column) => column.title + ": " + column.names.join(", ")).join("; ") + "." });
+    columns.forEach((column, c) => {
+      svg.appendChild(svgNode("text", { x: 10 + c * (boxWidth + columnGap) + boxWidth / 2, y: 16, class: "column" }, column.title));
+    });
+    for (const edge of edges) {
+      const a = where[edge.from];
+      const b = where[edge.to];
+      const forward = b.column > a.column;
+      const x1 = forward ? a.x + boxWidth : a.x;
+      const x2 = forward ? b.x : b.x + boxWidth;
+      const y1 = a.y + boxHeight / 2;
+      const y2 = b.y + boxHeight / 2;
+      const group = svgNode("g", { class: "edge " + (edge.when ? "when" : "after") });
+      group.appendChild(svgNode("title", {}, edge.from + " \u2192 " + edge.to + (edge.when ? " (when)" : " (after)")));
+      group.appendChild(svgNode("line", { x1: x1, y1: y1, x2: x2, y2: y2 }));
+      group.appendChild(svgNode("polygon", { points: arrowhead(x1, y1, x2, y2) }));
+      svg.appendChild(group);
+    }
+    for (const field of fields) {
+      const at = where[field.name];
+      if (!at) continue;
+      const group = svgNode("g", { class: "box " + field.kind });
+      group.appendChild(svgNode("title", {}, field.name + " (" + field.kind + "): " + shown(field.question) + " \u2014 depends on " + dependenciesOf(field)));
+      group.appendChild(svgNode("rect", { x: at.x, y: at.y, width: boxWidth, height: boxHeight, rx: 4 }));
+      group.appendChild(svgNode("text", { x: at.x + 8, y: at.y + 16 }, field.name));
+      svg.appendChild(group);
+    }
+    const graph = $("plan-graph");
+    clear(graph);
+    graph.appendChild(svg);
+    $("plan-summary").textContent = label + ": " + body.summary + " (" + dependencyCount(edges.length) + ")";
+    $("plan-view").hidden = false;
   }
 
   // -- compare -----------------------------------------------------------------------------------
@@ -540,6 +739,19 @@
     return table;
   }
 
+  // Which rubric was evaluated, and how its fields were read (the route's `evaluated`).
+  function evaluatedAs(rubric, evaluated) {
+    if (!evaluated) return "Evaluated " + shown(rubric) + ".";
+    const applied = [];
+    if ((evaluated.fitted || []).length) applied.push("fitted heads for " + evaluated.fitted.join(", "));
+    if ((evaluated.calibrated || []).length) applied.push("its calibration of " + evaluated.calibrated.join(", "));
+    if (evaluated.adapter) applied.push("the adapter " + shown(evaluated.adapter.file));
+    if (evaluated.by === "name") {
+      return "Evaluated " + shown(evaluated.name) + " as served, by name: " + (applied.length ? applied.join("; ") : "zero-shot (it has no calibration, heads or adapter)") + ".";
+    }
+    return "Evaluated the YAML in the editor (" + shown(rubric) + "), zero-shot" + (evaluated.adapter ? ", through the adapter " + shown(evaluated.adapter.file) : "") + ".";
+  }
+
   function showEvaluation(fileName, body) {
     const box = $("eval-fields");
     clear(box);
@@ -564,6 +776,7 @@
     const ignored = (body.ignored_columns || []).length ? " · columns not read: " + body.ignored_columns.join(", ") : "";
     $("eval-summary").textContent = fileName + ": " + counted(body.rows, "row") + " · " + counted(Object.keys(body.fields || {}).length, "labelled field") +
       " · " + counted(body.errors, "row error") + ignored;
+    $("eval-how").textContent = evaluatedAs(body.rubric, body.evaluated);
     $("eval-view").hidden = false;
   }
 
@@ -578,9 +791,9 @@
         $("status").textContent = "Not evaluated.";
         return;
       }
-      const yaml = await rubricYaml();
-      if (yaml === null) return;
-      const reply = await call("/v1/rubrics/eval", { rubric: yaml, rows: rows });
+      // A served rubric (chosen, or loaded into the editor and not edited) by name: as served, calibration and heads included.
+      const name = $("rubric-choice").value || (baselineName && $("rubric-yaml").value === baselineYaml ? baselineName : "");
+      const reply = await call("/v1/rubrics/eval", name ? { name: name, rows: rows } : { rubric: $("rubric-yaml").value, rows: rows });
       if (!reply.ok) return refused(reply);
       hideError();
       showEvaluation(file.name, reply.body);
@@ -641,7 +854,9 @@
       const body = await readReply(response);
       const elapsed = performance.now() - began;
       if (response.ok && body && typeof body === "object") {
-        showAnswers(request, body, elapsed);
+        const plan = await planOf(request);
+        showAnswers(request, body, elapsed, plan);
+        if (plan) drawPlan(plan, request.rubric);
         $("status").textContent = "Answered in " + Math.round(elapsed) + " ms.";
       } else {
         showError(response.status, body);
@@ -663,7 +878,8 @@
       $("rubric-note").textContent = "The YAML rubric below is sent with the input (zero-shot: no calibration, no fitted heads).";
       return;
     }
-    const fitted = entry.fitted && entry.fitted.length ? "; fitted heads for " + entry.fitted.join(", ") : "";
+    const fitted = (entry.fitted && entry.fitted.length ? "; fitted heads for " + entry.fitted.join(", ") : "") +
+      (entry.calibrated ? "; calibrated" : "");
     const passes = entry.plan && typeof entry.plan.forward_passes === "number"
       ? ", " + counted(entry.plan.forward_passes, "forward pass") : "";
     $("rubric-note").textContent = counted(entry.fields.length, "field") + passes + fitted + ". " + shown(entry.instructions || "");
@@ -693,6 +909,8 @@
       choice.value = served.some((item) => item.name === wanted) ? wanted : "";
       describeChoice();
       $("status").textContent = served.length + " served rubrics.";
+      if (choice.value) showChosenPlan();
+      checkEditor();
     } catch (failure) {
       showError(null, "could not reach the server: " + shown(failure && failure.message));
     }
@@ -711,13 +929,20 @@
       event.preventDefault();
       run();
     });
-    $("rubric-choice").addEventListener("change", describeChoice);
+    $("rubric-choice").addEventListener("change", () => {
+      describeChoice();
+      showChosenPlan();
+    });
     $("rubric-yaml").addEventListener("input", () => {
       $("rubric-choice").value = "";
       describeChoice();
+      checkSoon();
     });
     $("reload-rubrics").addEventListener("click", loadRubrics);
-    $("api-key").addEventListener("change", loadRubrics);
+    $("api-key").addEventListener("change", () => {
+      checked.clear();
+      loadRubrics();
+    });
     $("copy-curl").addEventListener("click", copyCurl);
     for (const what of Object.keys(COPIES)) $("copy-" + what).addEventListener("click", () => copyAs(what));
     $("load-yaml").addEventListener("click", loadYaml);
