@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))
-from serve_client import Client, running_server  # noqa: E402
+from serve_client import TICKETS, Client, running_server  # noqa: E402
 
 from decisionflow import rubric_of  # noqa: E402
 from decisionflow.cli.playground import PLAYGROUND_LIMITS  # noqa: E402
@@ -75,13 +75,24 @@ def browser():
             launched.close()
 
 
-@pytest.fixture(scope="module")
-def port(engine):
-    from decisionflow.serve import RubricRegistry
+CALIBRATED = "tickets_calibrated"
+"""A served rubric with a calibration (of its `team` field) beside the shipped workflows."""
 
+
+@pytest.fixture(scope="module")
+def port(engine, tmp_path_factory):
+    from decisionflow.runtime.readout.calibration import Calibration, FieldCalibration
+    from decisionflow.serve import RubricRegistry
+    from decisionflow.serve.registry import Registered
+
+    path = tmp_path_factory.mktemp("calibrated") / f"{CALIBRATED}.yaml"
+    path.write_text(TICKETS, encoding="utf-8")
+    calibration = Calibration(rubric="tickets", fields={"team": FieldCalibration(temperature=2.0)})
+    entries = {**RubricRegistry.from_folder().entries, CALIBRATED: Registered(CALIBRATED, loads_rubric(TICKETS), path,
+                                                                              calibration)}
     # The limits `decisionflow playground` serves with: a workflow's YAML sent inline, several new question sets in a row.
     settings = ServeSettings(access=Access(api_keys=(KEY,)), limits=PLAYGROUND_LIMITS)
-    with running_server(engine, RubricRegistry.from_folder(), settings) as port:
+    with running_server(engine, RubricRegistry(entries), settings) as port:
         yield port
 
 
@@ -208,11 +219,38 @@ def test_the_page_runs_the_support_triage_workflow_and_shows_what_the_api_answer
     assert page.text_content("#plan-summary") == (f"{WORKFLOW}: valid: {len(described)} fields, {len(rounds)} rounds "
                                                    f"({len(edges)} dependencies)")
     accessible(page, "support_triage answered")
+    page.screenshot(path=str(screenshots / "10-support-triage-top.png"), full_page=True,
+                    clip={"x": 0, "y": 0, "width": 1280, "height": 1900})
+    page.locator("#plan-view").screenshot(path=str(screenshots / "11-plan.png"))
 
     page.click("#copy-curl")
     curl = page.text_content("#curl-text")
     assert f"/v1/rubrics/{WORKFLOW}/decide" in curl and "$DECISIONFLOW_API_KEY" in curl and KEY not in curl
     assert json.loads(curl.split("-d ", 1)[1].strip()[1:-1].replace("'\\''", "'")) == {"text": TICKET}
+
+
+def test_each_field_says_which_readout_answered(page, port):
+    """A served rubric with a calibration: its calibrated field says so, the other is zero-shot; the pasted YAML of the
+    same rubric is zero-shot throughout."""
+    unlock(page)
+    page.select_option("#rubric-choice", CALIBRATED)
+    assert page.text_content("#rubric-note").startswith("2 fields, 1 forward pass; calibrated.")
+    page.fill("#input-text", "I was charged twice, please refund one")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_function("() => document.getElementById('results-summary').textContent.startsWith('tickets_calibrated')",
+                           timeout=60_000)
+    answer = api(port, f"/v1/rubrics/{CALIBRATED}/decide", {"text": "I was charged twice, please refund one"}).body
+    facts = {name: field["facts"] for name, field in rendered(page).items()}
+    assert facts["team"]["readout"] == readout_text(answer["fields"]["team"], calibrated=True) == "zero-shot + calibrated"
+    assert facts["refund"]["readout"] == readout_text(answer["fields"]["refund"]) == "zero-shot"
+    page.select_option("#rubric-choice", "")
+    page.fill("#rubric-yaml", TICKETS)
+    page.keyboard.press("Control+Enter")
+    page.wait_for_function("() => document.getElementById('results-summary').textContent.startsWith('YAML rubric')",
+                           timeout=60_000)
+    assert {name: field["facts"]["readout"] for name, field in rendered(page).items()} == {"refund": "zero-shot",
+                                                                                          "team": "zero-shot"}
+    assert page.text_content("#results-summary").endswith(" · zero-shot")
 
 
 def test_a_broken_rubric_shows_its_located_error_as_text(page, screenshots):
@@ -235,6 +273,7 @@ def test_a_broken_rubric_shows_its_located_error_as_text(page, screenshots):
     assert page.eval_on_selector_all("#yaml-check-problems li", "nodes => nodes.map((node) => node.textContent)") == [
         "rubric.fields.team.options: a choice field needs at least two options, got 1 (line 6)"]
     assert decided == []  # checking decides nothing
+    page.locator("#rubric-yaml").locator("xpath=..").screenshot(path=str(screenshots / "12-checked-as-typed.png"))
     page.fill("#input-text", "I was charged twice")
     page.click("#run")
     page.wait_for_selector("#error:not([hidden])")
