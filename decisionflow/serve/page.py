@@ -3,8 +3,8 @@
 The page (`playground/index.html`), its script and its style ship inside the package and are served as
 they are: no build step, nothing fetched from elsewhere, so it works offline. The script calls only
 `GET /v1/rubrics`, `POST /v1/rubrics/{name}/decide`, `POST /v1/rubrics/decide` (a YAML rubric sent
-inline, see `inline`) and the routes of `workbench` (a served rubric's YAML, the rubric written in other forms,
-coherence checks, an evaluation on labelled rows), with the API key the person types sent as `Authorization: Bearer` and kept in the
+inline, see `inline`) and the routes of `workbench` (a rubric checked and planned as it is typed, a served rubric's
+YAML, the rubric written in other forms, coherence checks, an evaluation on labelled rows), with the API key the person types sent as `Authorization: Bearer` and kept in the
 page's memory only. The page's own paths are open even when the server has keys (they hold no data);
 every call the page makes asks for the key as any client's does.
 

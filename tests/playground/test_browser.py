@@ -294,6 +294,7 @@ def test_markup_in_the_input_and_the_rubric_stays_text(page, screenshots):
     assert page.locator("#results").is_visible(), page.text_content("#error")
     labels = page.eval_on_selector_all("#fields .bar-label", "nodes => nodes.map((node) => node.textContent)")
     assert labels == ["<img src=x onerror=alert(3)>", "<script>alert(4)</script>"]
+    assert MARKUP in page.text_content("#plan-graph svg g.box title")  # the question, in the plan's tooltip
     no_injected_markup(page)
     page.screenshot(path=str(screenshots / "04-markup-as-text.png"), full_page=True)
 
@@ -302,6 +303,8 @@ def test_markup_in_the_input_and_the_rubric_stays_text(page, screenshots):
     page.click("#run")
     page.wait_for_function("() => document.getElementById('status').textContent.startsWith('Refused')")
     assert "<img src=x onerror=alert(1)>" in page.text_content("#error")
+    page.wait_for_function("() => document.getElementById('yaml-check-summary').textContent.startsWith('not valid')")
+    assert "<img src=x onerror=alert(1)>" in page.text_content("#yaml-check-problems")  # checked as typed, as text
     no_injected_markup(page)
     page.click("#copy-curl")
     assert MARKUP.replace("'", "'\\''") in page.text_content("#curl-text")
