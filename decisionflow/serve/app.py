@@ -5,7 +5,9 @@
 
 Routes: `/v1/chat/completions` (`openai_chat`), `/v1/decisions` (`decisions`), `/v1/systemone` (`systemone`),
 `/v1/rubrics/{name}/decide` (`rubrics`), `/v1/rubrics/decide` (`inline`), `/v1/rubrics`, `/v1/models`, `/healthz`,
-`/readyz` and `/metrics`; `GET /` is the playground, a static page calling those routes (`page`).
+`/readyz` and `/metrics`; `GET /` is the playground, a static page calling those routes (`page`) and the
+workbench's (`workbench`: `/v1/rubrics/validate`, `/v1/rubrics/{name}/yaml`, `/v1/rubrics/export`,
+`/v1/rubrics/coherence`, `/v1/rubrics/eval`).
 Each wire format is a module of its own (its request read into a question set or inputs, its decision
 written as its answer); what every route shares (the queue, the budgets of new question sets, the limits,
 micro-batching) is `admission`; this module holds what is HTTP's: which route reads its body with which
