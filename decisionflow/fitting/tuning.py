@@ -25,6 +25,8 @@ right on more held-out rows with p below `significance` and no field is right on
 
 from __future__ import annotations
 
+import contextvars
+import copy
 import math
 import random
 import time
@@ -215,13 +217,89 @@ def split_held_out(examples: Sequence[Example], share: float, seed: int) -> tupl
 
 
 class TrainingBackend(ModelForwardBackend):
-    """The model-forward path with gradients kept: the same passes (`ModelForwardBackend`), outside inference mode."""
+    """The model-forward path with gradients kept: the same passes (`ModelForwardBackend`), outside inference mode.
+
+    With `blocks` (the default, where the model's attention is transformers' SDPA), each request's tokens attend
+    only to the keys its mask can let through (the prefix, its own context, its own tokens) instead of every key
+    of the packed pass: the packed sequence, its positions, its 4-D mask and every projection stay as served, but a
+    pass of B requests costs attention linear in B instead of quadratic. The keys left out are the ones the mask
+    hides, so the answers are the packed pass's within float rounding (`tests/fitting/test_tune.py`)."""
+
+    def __init__(self, model: Any, *, blocks: bool = True) -> None:
+        super().__init__(model)
+        self.blocks = blocks and use_block_attention(model)
 
     def prefill_prefix(self, tokens: list[int]) -> Any:
         return ModelForwardBackend.prefill_prefix.__wrapped__(self, tokens)  # type: ignore[attr-defined]
 
     def run_pass_with_features(self, *args: Any, **kwargs: Any) -> Any:
-        return ModelForwardBackend.run_pass_with_features.__wrapped__(self, *args, **kwargs)  # type: ignore[attr-defined]
+        plan = key_blocks(*args[:3]) if self.blocks else None
+        token = BLOCKS.set(plan)
+        try:
+            return ModelForwardBackend.run_pass_with_features.__wrapped__(self, *args, **kwargs)  # type: ignore[attr-defined]
+        finally:
+            BLOCKS.reset(token)
+
+
+BLOCK_ATTENTION = "decisionflow_request_blocks"
+BLOCKS: contextvars.ContextVar[list[tuple[int, int, torch.Tensor]] | None] = contextvars.ContextVar("blocks", default=None)
+"""The pass in flight's blocks: per request, its rows of the packed pass (start, stop) and the key columns its
+mask can let through. None outside `TrainingBackend.run_pass_with_features` (the prefix: plain causal SDPA)."""
+
+
+def key_blocks(prefix: Any, contexts: Sequence[Any], packed: Any) -> list[tuple[int, int, torch.Tensor]]:
+    """Per request block of a packed pass (laid out as `ModelForwardBackend.run_pass_with_features` lays out its
+    cache: the prefix, then the contexts of the requests present in order, then the pass's tokens): its rows and
+    the key columns its tokens may see."""
+    from ..runtime.passes.backend import DecoderBackend
+
+    layout = DecoderBackend.lay_out(prefix, list(contexts), packed, visibility=False)
+    present = sorted({block.request for block in layout.blocks})
+    starts, width = {}, prefix.length
+    for request in present:
+        starts[request] = width
+        width += contexts[request].length
+    plan = []
+    for block in layout.blocks:
+        start = starts[block.request]
+        columns = torch.cat([torch.arange(prefix.length), torch.arange(start, start + contexts[block.request].length),
+                             torch.arange(width + block.start, width + block.stop)])
+        plan.append((block.start, block.stop, columns))
+    return plan
+
+
+def use_block_attention(model: Any) -> bool:
+    """Route the training copy's attention through `block_attention` (registered once with transformers); False where
+    its attention is not transformers' SDPA (another kernel: the packed pass runs as served)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    config = model.config
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", BLOCK_ATTENTION):
+        return False
+    AttentionInterface.register(BLOCK_ATTENTION, block_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(BLOCK_ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    config._attn_implementation = BLOCK_ATTENTION
+    return config._attn_implementation == BLOCK_ATTENTION
+
+
+def block_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA attention run per request block of the pass in flight (`BLOCKS`): the block's queries
+    against the key columns its mask can let through, the mask cut to them; outside a pass, SDPA itself."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    plan = BLOCKS.get()
+    if plan is None or attention_mask is None or query.shape[0] != 1 or not plan or plan[-1][1] != query.shape[2]:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    outputs = []
+    for start, stop, columns in plan:
+        columns = columns.to(key.device)
+        mask = attention_mask[:, :, start:stop].index_select(-1, columns)
+        out, _ = sdpa_attention_forward(module, query[:, :, start:stop], key.index_select(2, columns),
+                                        value.index_select(2, columns), mask, **kwargs)
+        outputs.append(out)
+    return torch.cat(outputs, dim=1), None
 
 
 def answer_logprobs(backend: Any, compiled: Any, plan: Any, batch: Sequence[Example]) -> list[tuple[int, str, torch.Tensor, int]]:
@@ -282,7 +360,7 @@ def training_model(engine: Any, *, rank: int, alpha: float, targets: Sequence[st
     # whatever is done to the training copy (peft's merge_and_unload writes into the base weights).
     state = {name: tensor.detach().to(torch.float32, copy=True) for name, tensor in base.state_dict().items()}
     if isinstance(base, PreTrainedModel):
-        config = base.config
+        config = copy.deepcopy(base.config)  # the copy's attention is routed apart (`TrainingBackend`)
     else:
         values = dict(base.config.to_dict())
         config = AutoConfig.for_model(values.pop("model_type"), **values)

@@ -107,6 +107,49 @@ def test_training_log_probabilities_are_the_engines_readout(engine, review):
     assert max(abs(a[2].exp() - b[2].exp()).max().item() for a, b in zip(adapted, terms)) > 1e-3
 
 
+def test_block_attention_trains_what_the_packed_pass_trains(transformers_engine, review):
+    """The training path's attention per request block (each row's tokens against the prefix, its own context and its
+    own tokens) gives the answer log-probabilities and the gradients of the packed pass with its full 4-D mask, with an
+    adapter that changes answers: two fields in two rounds (the second reads the first's context) and a BANKING77
+    row batch (77 answers, one round). The engine's own model keeps its attention (the training copy's configuration
+    is its own)."""
+    from suite_support import ROOT
+
+    from decisionflow.fitting.examples import examples_of
+    from decisionflow.fitting.tuning import BLOCK_ATTENTION, TrainingBackend, answer_logprobs, training_model
+
+    banking = load_rubric(ROOT / "workflows" / "banking77_intent.yaml")
+    queries = ["How can I activate my new card?", "Why is my beneficiary not allowed?", "my top up is still pending"]
+    intents = ["activate_my_card", "beneficiary_not_allowed", "pending_top_up"]
+    cases = [
+        (review, [(r["text"], {"sentiment": r["sentiment"], "code": r["code"]}) for r in labelled(3)]),
+        (banking, [(text, {"intent": intent}) for text, intent in zip(queries, intents)]),
+    ]
+    model = training_model(transformers_engine, rank=4, alpha=8, targets=("q_proj", "v_proj"), seed=0)
+    perturbed(model)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    for rubric, rows in cases:
+        examples, _ = examples_of(rubric, rows)
+        compiled, plan = transformers_engine.compile(rubric)
+        found = {}
+        for blocks in (True, False):
+            backend = TrainingBackend(model.get_base_model(), blocks=blocks)
+            assert backend.blocks is blocks
+            terms = answer_logprobs(backend, compiled, plan, examples)
+            model.zero_grad()
+            (-torch.stack([scores[gold] for _, _, scores, gold in terms]).mean()).backward()
+            found[blocks] = ([(r, n, s.detach()) for r, n, s, _ in terms], [p.grad.clone() for p in parameters])
+        (blocked, blocked_grads), (packed, packed_grads) = found[True], found[False]
+        assert [(r, n) for r, n, _ in blocked] == [(r, n) for r, n, _ in packed] and len(packed) == len(examples) * len(
+            {n for e in examples for n in e.labels})
+        for (_, _, a), (_, _, b) in zip(blocked, packed):
+            assert a.exp().tolist() == pytest.approx(b.exp().tolist(), abs=1e-5)
+        for a, b in zip(blocked_grads, packed_grads):
+            assert (a - b).abs().max() <= 1e-4 * b.abs().max() + 1e-9
+    assert model.config._attn_implementation == BLOCK_ATTENTION
+    assert transformers_engine.base_loaded.model.config._attn_implementation != BLOCK_ATTENTION
+
+
 @pytest.fixture(scope="module")
 def random_adapter(engine, review):
     """An adapter that changes answers (B perturbed off zero) and the peft model it came from."""
