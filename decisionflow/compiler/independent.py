@@ -30,14 +30,16 @@ question set costs little whatever the questions' length.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import CompileError, ModelError
-from ..spec.rubric import Catalog, FieldSpec, Rubric
+from ..spec.kinds import FieldKind
+from ..spec.rubric import AnswerFormat, Catalog, FieldSpec, Rubric
 from .compiled import CompiledRubric
 from .layout import Layout, probe_layout
-from .prompt import _TEMPLATE_ARGS, PromptParts, catalog_entry
+from .prompt import _TEMPLATE_ARGS, PromptParts, catalog_entry, catalog_for, entry_head, value_literal
 from .tokens import TokenizerView
 from .trie import CompiledField, ReadMode, TrieNode, compile_field
 
@@ -57,15 +59,10 @@ _QUESTION = "\u2063QUESTION\u2063"
 _OPEN = "\u2063OPEN\u2063"
 
 
-def system_text(rubric: Rubric) -> str:
-    parts = [rubric.instructions.strip()] if rubric.instructions.strip() else []
-    parts.append(PREAMBLE)
-    return "\n\n".join(parts)
-
-
 @dataclass(frozen=True)
 class QuestionLayout:
-    """Where a question goes after the input: inside the input's user turn, or in a turn of its own."""
+    """Where a question goes after the input (inside the input's user turn, or in a turn of its own), and
+    how its row writes it."""
 
     name: str
     question_prefix: str
@@ -74,17 +71,73 @@ class QuestionLayout:
     """Whether the question names its key before its text, as a shared catalog does: the answer names it
     anyway, so the inline layout leaves it out (14 % fewer row tokens on the 28-question presets, no
     significant accuracy lost against the shared reading: docs/engine.md, "Independent questions")."""
+    own_turn: bool = False
+    """Whether each question is a user turn of its own after an acknowledging assistant turn."""
+    bare_options: bool = False
+    """Whether the row writes string options bare (`a | b`, not `"a" | "b"`) where that names each one
+    unambiguously (`bare_options`): 8 % fewer row tokens on the 28-question presets, no significant accuracy
+    lost on any development set (docs/engine.md, "Independent questions")."""
 
 
-INLINE = QuestionLayout("inline", " ", names_key=False)
-TURNS = QuestionLayout("turns", "Fill in this key:\n- ", names_key=True)
+INLINE = QuestionLayout("inline", " ", names_key=False, bare_options=True)
+INLINE_LISTED = QuestionLayout("inline-listed", " ", names_key=False)
+"""The inline row as first measured: every option quoted as its JSON literal."""
+TURNS = QuestionLayout("turns", "Fill in this key:\n- ", names_key=True, own_turn=True)
+DEFAULT_INLINE = INLINE
+"""The inline layout a rubric is compiled with where its seam is a token boundary (`question_layout`)."""
+
+
+def system_text(rubric: Rubric) -> str:
+    parts = [rubric.instructions.strip()] if rubric.instructions.strip() else []
+    parts.append(PREAMBLE)
+    return "\n\n".join(parts)
 
 
 def question_text(spec: FieldSpec, rubric: Rubric, catalog: Catalog, layout: QuestionLayout = INLINE) -> str:
-    """A question as its row writes it: its question and its allowed answers as a shared catalog lists them,
-    after its key where the layout names it."""
-    entry = catalog_entry(spec, rubric.answer_format, rubric.catalog or catalog).removeprefix("- ")
+    """A question as its row writes it: its question and its allowed answers as a shared catalog lists them
+    (string options bare where the layout writes them so), after its key where the layout names it."""
+    if layout.bare_options:
+        entry = bare_entry(spec, rubric.answer_format, rubric.catalog or catalog)
+    else:
+        entry = catalog_entry(spec, rubric.answer_format, rubric.catalog or catalog).removeprefix("- ")
     return layout.question_prefix + (entry if layout.names_key else entry.removeprefix(f'"{spec.name}": '))
+
+
+def bare_entry(spec: FieldSpec, answer_format: AnswerFormat, catalog: Catalog) -> str:
+    """`catalog_entry` without its `- `, with string options bare where `bare_options` allows it. Anything else
+    (yes/no questions, scores, ids, options by another field's answer) as the catalog writes it: a yes/no
+    question's row without its `Allowed: true | false` read one answer for every input of two development
+    sets (docs/engine.md, "Independent questions")."""
+    catalog = catalog_for(spec, answer_format, catalog)
+    bare = bare_options(spec, answer_format)
+    if bare is None or spec.options_by is not None or catalog is Catalog.NONE:
+        return catalog_entry(spec, answer_format, catalog).removeprefix("- ")
+    described = [value for value in spec.values if spec.description_of(value)] if catalog is Catalog.FULL else []
+    lines = [f"{entry_head(spec)} Allowed: " + " | ".join(bare[value] for value in spec.values)]
+    lines += [f"    {bare[value]}: {spec.description_of(value)}" for value in described]
+    return "\n".join(lines)
+
+
+def bare_options(spec: FieldSpec, answer_format: AnswerFormat) -> dict[Any, str] | None:
+    """Each option's bare text, where every option is a string whose JSON literal is only its quotes around
+    it, none has a `|`, a line break or spaces at its ends, and none reads as a number, a boolean or null
+    (which the bare text would name instead): else None, and the options stay quoted."""
+    if spec.kind is not FieldKind.CHOICE or answer_format is not AnswerFormat.LABELS:
+        return None
+    bare: dict[Any, str] = {}
+    for value in spec.values:
+        literal = value_literal(spec, value, answer_format)
+        if not isinstance(value, str) or literal != json.dumps(value, ensure_ascii=False):
+            return None
+        if not value or value != value.strip() or "|" in value or "\n" in value or '"' in value or "\\" in value:
+            return None
+        try:
+            json.loads(value)
+        except ValueError:
+            bare[value] = value
+        else:
+            return None  # "true", "3", "null": bare, they would read as another JSON value
+    return bare
 
 
 def render_independent(tokenizer: Any, rubric: Rubric, layout: QuestionLayout = INLINE) -> tuple[PromptParts, str]:
@@ -95,7 +148,7 @@ def render_independent(tokenizer: Any, rubric: Rubric, layout: QuestionLayout = 
     if not getattr(tokenizer, "chat_template", None):
         raise ModelError("the tokenizer has no chat template; decisionflow needs an instruction-tuned chat model")
     system = {"role": "system", "content": system_text(rubric)}
-    if layout is INLINE:
+    if not layout.own_turn:
         messages = [system, {"role": "user", "content": "Input:\n" + _INPUT + SEPARATOR + _QUESTION},
                     {"role": "assistant", "content": _OPEN}]
         text = tokenizer.apply_chat_template(messages, tokenize=False, continue_final_message=True, **_TEMPLATE_ARGS)
@@ -120,15 +173,17 @@ def render_independent(tokenizer: Any, rubric: Rubric, layout: QuestionLayout = 
 
 
 def question_layout(view: TokenizerView, rubric: Rubric) -> QuestionLayout:
-    """INLINE where its seam is a token boundary after every probed input ending, else TURNS."""
-    parts, template = render_independent(view.tokenizer, rubric, INLINE)
+    """The inline layout (`DEFAULT_INLINE`) where its seam is a token boundary after every probed input
+    ending, else TURNS."""
+    inline = DEFAULT_INLINE
+    parts, template = render_independent(view.tokenizer, rubric, inline)
     row = template.replace(_QUESTION, ' A question.').removesuffix(_OPEN)
     for ending in SEAM_PROBES:
         before = view.encode(ending + parts.tail)
         after = view.suffix_after(view.encode(parts.tail), parts.tail, row)
         if after is None or view.encode(ending + parts.tail + row) != before + after:
             return TURNS
-    return INLINE
+    return inline
 
 
 def compile_independent(

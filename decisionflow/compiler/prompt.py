@@ -73,10 +73,15 @@ def value_literal(spec: FieldSpec, value: Any, answer_format: AnswerFormat) -> s
     return spec.literal_of(value) or json.dumps(value, ensure_ascii=False)
 
 
-def catalog_entry(spec: FieldSpec, answer_format: AnswerFormat, catalog: Catalog = Catalog.FULL) -> str:
+def entry_head(spec: FieldSpec) -> str:
+    """A catalog entry's first words: its key and its question, ended once."""
     question = spec.question.rstrip(". ")
     # A question that ends in its own mark keeps it alone ("back?", not "back?.").
-    head = f'- "{spec.name}": {question}' + ("" if question.endswith(("?", "!")) else ".")
+    return f'"{spec.name}": {question}' + ("" if question.endswith(("?", "!")) else ".")
+
+
+def catalog_entry(spec: FieldSpec, answer_format: AnswerFormat, catalog: Catalog = Catalog.FULL) -> str:
+    head = "- " + entry_head(spec)
     if spec.kind is FieldKind.BOOLEAN:
         return f"{head} Allowed: true | false"
     catalog = catalog_for(spec, answer_format, catalog)

@@ -19,18 +19,20 @@ import argparse
 import json
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import DATA, dtype_of, write_results
 from decisionflow.bench.presets import load_preset
+from decisionflow.compiler import independent as independent_layout
 from decisionflow.fitting import corrections
 from decisionflow.fitting.readings import read_all_fields
 from decisionflow.quality.labelled import load_labelled, select_rows
 from decisionflow.runtime.engine import Engine
-from decisionflow.runtime.readout.debias import CONTENT_FREE_INPUTS
+from decisionflow.runtime.readout.debias import CONTENT_FREE_BY_READING, CONTENT_FREE_INPUTS
 from decisionflow.spec.references import shipped_workflow
-from decisionflow.spec.rubric import Debias, Rubric
+from decisionflow.spec.rubric import Debias, FieldKind, Reading, Rubric
 from decisionflow.spec.yaml_rubric import load_rubric
 from decisionflow.stats import mcnemar_exact, metrics
 
@@ -40,53 +42,94 @@ SETS = {
     "sst2": ("sentiment", {"sentiment": "label"}, 200),
     "nlbse24_issues": ("issue_triage", {"label": "label", "repo": "repo"}, 150),
 }
+BOOLEAN_SETS = {
+    # Yes/no readings of two development sets (no shipped workflow asks a yes/no question of them): where a row
+    # layout writes yes/no questions another way, this is where it shows (accuracy-compact-yes-no.json).
+    "sst2_positive": ("sst2", "sentiment", "Whether the sentence expresses a positive opinion of the film", "positive", 200),
+    "nlbse24_bug": ("nlbse24_issues", "issue_triage", "Whether the issue reports a bug", "bug", 150),
+}
 CORRECTIONS = (Debias.NONE, Debias.CONTENT_FREE_HALF, Debias.CONTENT_FREE)
+DEFAULT_PRIOR_INPUT = CONTENT_FREE_BY_READING[Reading.INDEPENDENT][0]
+LAYOUTS = {"": independent_layout.INLINE, "_listed": independent_layout.INLINE_LISTED}
+"""The row layouts read: the default (string options bare) and the row as first measured (options quoted),
+keyed by the suffix of their result names."""
 
 
-def independent(rubric: Rubric) -> Rubric:
-    return Rubric.model_validate({**rubric.model_dump(), "name": rubric.name, "reading": "independent"})
+def independent(rubric: Rubric, suffix: str = "") -> Rubric:
+    return Rubric.model_validate({**rubric.model_dump(), "name": rubric.name + suffix, "reading": "independent"})
+
+
+def _set(data: Path, name: str, limit: int | None) -> tuple[Rubric, list[Any], dict[str, str]]:
+    """The set's shared rubric, its rows (gold per field) and the field -> column mapping."""
+    if name in BOOLEAN_SETS:
+        folder, workflow, question, positive, default_limit = BOOLEAN_SETS[name]
+        shipped = load_rubric(shipped_workflow(workflow))
+        shared = Rubric(name=name, instructions=shipped.instructions,
+                        fields={"answer": {"kind": "boolean", "question": question}})
+        rows, _ = load_labelled(data / folder / "dev.csv", text_column="text", columns={"answer": "label"})
+        rows = [replace(row, gold={"answer": "true" if row.gold["answer"] == positive else "false"}) for row in rows]
+        return shared, select_rows(rows, limit=limit or default_limit, seed=0), {"answer": "label"}
+    workflow, columns, default_limit = SETS[name]
+    rows, _ = load_labelled(data / name / "dev.csv", text_column="text", columns=columns)
+    return load_rubric(shipped_workflow(workflow)), select_rows(rows, limit=limit or default_limit, seed=0), columns
+
+
+def _paired(gold: list[Any], reference: list[Any], predicted: list[Any],
+            names: tuple[str, str] = ("shared", "independent")) -> dict[str, Any]:
+    """`predicted`'s scores, and McNemar's exact test against `reference` on the same rows."""
+    only_reference = sum(r == g and p != g for r, p, g in zip(reference, predicted, gold))
+    only_predicted = sum(p == g and r != g for r, p, g in zip(reference, predicted, gold))
+    return {"accuracy": metrics.accuracy(gold, predicted), "macro_f1": metrics.macro_f1(gold, predicted),
+            f"only_{names[0]}_right": only_reference, f"only_{names[1]}_right": only_predicted,
+            "mcnemar_p": mcnemar_exact(only_reference, only_predicted)}
 
 
 def accuracy(engine: Engine, data: Path, name: str, limit: int | None) -> dict[str, Any]:
-    workflow, columns, default_limit = SETS[name]
-    shared = load_rubric(shipped_workflow(workflow))
-    alone = independent(shared)
-    rows, _ = load_labelled(data / name / "dev.csv", text_column="text", columns=columns)
-    rows = select_rows(rows, limit=limit or default_limit, seed=0)
+    shared, rows, columns = _set(data, name, limit)
     texts = [row.text for row in rows]
     began = time.perf_counter()
     shared_read = read_all_fields(engine, shared, texts)
-    shared_s = time.perf_counter() - began
-    began = time.perf_counter()
-    raw = read_all_fields(engine, alone, texts, debias="none")
-    independent_s = time.perf_counter() - began
-    free = read_all_fields(engine, alone, list(CONTENT_FREE_INPUTS), debias="none")
-    out: dict[str, Any] = {"rows": len(rows), "seconds": {"shared": round(shared_s, 1), "independent": round(independent_s, 1)},
+    out: dict[str, Any] = {"rows": len(rows), "seconds": {"shared": round(time.perf_counter() - began, 1)},
                            "fields": {}}
+    kept: dict[str, list[int]] = {}
     for field in columns:
-        offered = set(shared.fields[field].labels)
-        kept = [i for i, row in enumerate(rows) if row.gold[field] in offered]
-        gold = [rows[i].gold[field] for i in kept]
-        reference = [shared_read[i][field].predicted for i in kept]
-        figures: dict[str, Any] = {"rows": len(kept), "shared": metrics.accuracy(gold, reference)}
-        # The prior from every content-free input (the engine's), and from each one alone (cheaper to read).
-        sources = {"": list(range(len(CONTENT_FREE_INPUTS))), **{f"_from_{text}": [index] for index, text in
-                                                                 enumerate(CONTENT_FREE_INPUTS)}}
-        for source, inputs in sources.items():
-            prior = corrections.mean_prior([free[i][field].probabilities for i in inputs])
-            for method in CORRECTIONS if not source else CORRECTIONS[1:]:
-                predicted = [metrics.top_label(corrections.divide(raw[i][field].probabilities, prior, method.strength))
-                             for i in kept]
-                only_shared = sum(r == g and p != g for r, p, g in zip(reference, predicted, gold))
-                only_independent = sum(p == g and r != g for r, p, g in zip(reference, predicted, gold))
-                figures[f"independent_{method.value}{source}"] = {
-                    "accuracy": metrics.accuracy(gold, predicted),
-                    "macro_f1": metrics.macro_f1(gold, predicted),
-                    "only_shared_right": only_shared, "only_independent_right": only_independent,
-                    "mcnemar_p": mcnemar_exact(only_shared, only_independent),
-                }
-        figures["shared_macro_f1"] = metrics.macro_f1(gold, reference)
-        out["fields"][field] = figures
+        spec = shared.fields[field]
+        offered = set(spec.labels) if spec.kind is FieldKind.CHOICE else None
+        kept[field] = [i for i, row in enumerate(rows) if offered is None or row.gold[field] in offered]
+        gold = [rows[i].gold[field] for i in kept[field]]
+        reference = [shared_read[i][field].predicted for i in kept[field]]
+        out["fields"][field] = {"rows": len(gold), "shared": metrics.accuracy(gold, reference),
+                                "shared_macro_f1": metrics.macro_f1(gold, reference)}
+    by_default: dict[str, dict[str, list[Any]]] = {field: {} for field in columns}
+    for suffix, layout in LAYOUTS.items():
+        alone = independent(shared, suffix)
+        independent_layout.DEFAULT_INLINE = layout
+        try:
+            began = time.perf_counter()
+            raw = read_all_fields(engine, alone, texts, debias="none")
+            out["seconds"][f"independent{suffix}"] = round(time.perf_counter() - began, 1)
+            free = read_all_fields(engine, alone, list(CONTENT_FREE_INPUTS), debias="none")
+        finally:
+            independent_layout.DEFAULT_INLINE = independent_layout.INLINE
+        for field in columns:
+            gold = [rows[i].gold[field] for i in kept[field]]
+            reference = [shared_read[i][field].predicted for i in kept[field]]
+            # The prior from every content-free input, and from each one alone (cheaper to read).
+            sources = {"": list(range(len(CONTENT_FREE_INPUTS))),
+                       **{f"_from_{text}": [index] for index, text in enumerate(CONTENT_FREE_INPUTS)}}
+            for source, inputs in sources.items():
+                prior = corrections.mean_prior([free[i][field].probabilities for i in inputs])
+                for method in CORRECTIONS if not source else CORRECTIONS[1:]:
+                    predicted = [metrics.top_label(corrections.divide(raw[i][field].probabilities, prior,
+                                                                      method.strength)) for i in kept[field]]
+                    out["fields"][field][f"independent{suffix}_{method.value}{source}"] = _paired(gold, reference, predicted)
+                    if method is Debias.CONTENT_FREE and source == f"_from_{DEFAULT_PRIOR_INPUT}":
+                        by_default[field][suffix] = predicted
+    for field, figures in out["fields"].items():
+        # The default row against the row as first measured, both with the default correction.
+        gold = [rows[i].gold[field] for i in kept[field]]
+        figures["compact_against_listed"] = _paired(gold, by_default[field]["_listed"], by_default[field][""],
+                                                     names=("listed", "compact"))
     return out
 
 
@@ -150,7 +193,7 @@ def speed(engine: Engine, repeats: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("accuracy", "speed"), required=True)
-    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--sets", default=",".join([*SETS, *BOOLEAN_SETS]))
     parser.add_argument("--limit", type=int, default=None, help="rows per set (default: each set's own)")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--data", type=Path, default=DATA)
