@@ -75,13 +75,13 @@ class QuestionLayout:
     """Whether each question is a user turn of its own after an acknowledging assistant turn."""
     bare_options: bool = False
     """Whether the row writes string options bare (`a | b`, not `"a" | "b"`) where that names each one
-    unambiguously (`bare_options`): 8 % fewer row tokens on the 28-question presets, no significant accuracy
-    lost on any development set (docs/engine.md, "Independent questions")."""
+    unambiguously (`bare_options`): 8 % fewer row tokens on the 28-question presets, but SST-2 read
+    significantly worse than with the quoted row (docs/engine.md, "Independent questions"): not a default."""
 
 
-INLINE = QuestionLayout("inline", " ", names_key=False, bare_options=True)
-INLINE_LISTED = QuestionLayout("inline-listed", " ", names_key=False)
-"""The inline row as first measured: every option quoted as its JSON literal."""
+INLINE = QuestionLayout("inline", " ", names_key=False)
+INLINE_BARE = QuestionLayout("inline-bare", " ", names_key=False, bare_options=True)
+"""The inline row with string options bare: measured against INLINE, not a default (`bare_options`)."""
 TURNS = QuestionLayout("turns", "Fill in this key:\n- ", names_key=True, own_turn=True)
 DEFAULT_INLINE = INLINE
 """The inline layout a rubric is compiled with where its seam is a token boundary (`question_layout`)."""
@@ -106,8 +106,8 @@ def question_text(spec: FieldSpec, rubric: Rubric, catalog: Catalog, layout: Que
 def bare_entry(spec: FieldSpec, answer_format: AnswerFormat, catalog: Catalog) -> str:
     """`catalog_entry` without its `- `, with string options bare where `bare_options` allows it. Anything else
     (yes/no questions, scores, ids, options by another field's answer) as the catalog writes it: a yes/no
-    question's row without its `Allowed: true | false` read one answer for every input of two development
-    sets (docs/engine.md, "Independent questions")."""
+    question's row without its `Allowed: true | false` read one answer for every input of two yes/no readings of
+    the development sets (docs/engine.md, "Independent questions")."""
     catalog = catalog_for(spec, answer_format, catalog)
     bare = bare_options(spec, answer_format)
     if bare is None or spec.options_by is not None or catalog is Catalog.NONE:

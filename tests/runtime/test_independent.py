@@ -212,7 +212,7 @@ def test_a_stored_prior_is_never_read_for_rows_written_another_way(engine: Engin
         return compiled, prepared.prior_identity(PreparedRubric(compiled, prepared.plan(rubric, compiled)), rubric)
 
     # Two layouts with the same prefix and other rows.
-    monkeypatch.setattr(independent, "question_layout", lambda view, rubric: independent.INLINE_LISTED)
+    monkeypatch.setattr(independent, "question_layout", lambda view, rubric: independent.INLINE)
     inline, inline_identity = identity()
     assert identity()[1] == inline_identity  # stable for the same rows
     store = PrefixStore(tmp_path, fingerprint="model", dtype=torch.float32)

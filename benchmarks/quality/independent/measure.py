@@ -44,15 +44,17 @@ SETS = {
 }
 BOOLEAN_SETS = {
     # Yes/no readings of two development sets (no shipped workflow asks a yes/no question of them): where a row
-    # layout writes yes/no questions another way, this is where it shows (accuracy-compact-yes-no.json).
+    # layout writes yes/no questions another way, this is where it shows (accuracy-compact-yes-no.json). Run them
+    # with --sets sst2_positive,nlbse24_bug.
     "sst2_positive": ("sst2", "sentiment", "Whether the sentence expresses a positive opinion of the film", "positive", 200),
     "nlbse24_bug": ("nlbse24_issues", "issue_triage", "Whether the issue reports a bug", "bug", 150),
 }
 CORRECTIONS = (Debias.NONE, Debias.CONTENT_FREE_HALF, Debias.CONTENT_FREE)
 DEFAULT_PRIOR_INPUT = CONTENT_FREE_BY_READING[Reading.INDEPENDENT][0]
-LAYOUTS = {"": independent_layout.INLINE, "_listed": independent_layout.INLINE_LISTED}
-"""The row layouts read: the default (string options bare) and the row as first measured (options quoted),
-keyed by the suffix of their result names."""
+LAYOUTS = {"": independent_layout.INLINE, "_bare": independent_layout.INLINE_BARE}
+"""The row layouts read: the default (options quoted as their JSON literals) and string options bare, keyed by
+the suffix of their result names. (accuracy-bare-options.json and accuracy-compact-yes-no.json were written when
+the variant was keyed "" and the quoted row "_listed".)"""
 
 
 def independent(rubric: Rubric, suffix: str = "") -> Rubric:
@@ -126,10 +128,10 @@ def accuracy(engine: Engine, data: Path, name: str, limit: int | None) -> dict[s
                     if method is Debias.CONTENT_FREE and source == f"_from_{DEFAULT_PRIOR_INPUT}":
                         by_default[field][suffix] = predicted
     for field, figures in out["fields"].items():
-        # The default row against the row as first measured, both with the default correction.
+        # The bare row against the default one, both with the default correction.
         gold = [rows[i].gold[field] for i in kept[field]]
-        figures["compact_against_listed"] = _paired(gold, by_default[field]["_listed"], by_default[field][""],
-                                                     names=("listed", "compact"))
+        figures["bare_against_quoted"] = _paired(gold, by_default[field][""], by_default[field]["_bare"],
+                                                 names=("quoted", "bare"))
     return out
 
 
@@ -193,7 +195,7 @@ def speed(engine: Engine, repeats: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("accuracy", "speed"), required=True)
-    parser.add_argument("--sets", default=",".join([*SETS, *BOOLEAN_SETS]))
+    parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--limit", type=int, default=None, help="rows per set (default: each set's own)")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--data", type=Path, default=DATA)
