@@ -25,6 +25,7 @@ right on more held-out rows with p below `significance` and no field is right on
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import math
@@ -33,7 +34,7 @@ import time
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -230,13 +231,15 @@ class TrainingBackend(ModelForwardBackend):
         self.blocks = blocks and use_block_attention(model)
 
     def prefill_prefix(self, tokens: list[int]) -> Any:
-        return ModelForwardBackend.prefill_prefix.__wrapped__(self, tokens)  # type: ignore[attr-defined]
+        with block_attention_registered():
+            return ModelForwardBackend.prefill_prefix.__wrapped__(self, tokens)  # type: ignore[attr-defined]
 
     def run_pass_with_features(self, *args: Any, **kwargs: Any) -> Any:
         plan = key_blocks(*args[:3]) if self.blocks else None
         token = BLOCKS.set(plan)
         try:
-            return ModelForwardBackend.run_pass_with_features.__wrapped__(self, *args, **kwargs)  # type: ignore[attr-defined]
+            with block_attention_registered():
+                return ModelForwardBackend.run_pass_with_features.__wrapped__(self, *args, **kwargs)  # type: ignore[attr-defined]
         finally:
             BLOCKS.reset(token)
 
@@ -269,18 +272,32 @@ def key_blocks(prefix: Any, contexts: Sequence[Any], packed: Any) -> list[tuple[
 
 
 def use_block_attention(model: Any) -> bool:
-    """Route the training copy's attention through `block_attention` (registered once with transformers); False where
-    its attention is not transformers' SDPA (another kernel: the packed pass runs as served)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-
+    """Route the training copy's attention through `block_attention`; False where its attention is not
+    transformers' SDPA (another kernel: the packed pass runs as served)."""
     config = model.config
     if getattr(config, "_attn_implementation", None) not in ("sdpa", BLOCK_ATTENTION):
         return False
+    with block_attention_registered():
+        config._attn_implementation = BLOCK_ATTENTION
+    return config._attn_implementation == BLOCK_ATTENTION
+
+
+@contextlib.contextmanager
+def block_attention_registered() -> Iterator[None]:
+    """`block_attention` registered with transformers for the training copy's passes only (a copy routed to it
+    finds it there, with `BLOCKS` unset it is plain SDPA): outside them the process's registry of attention
+    functions holds nothing of decisionflow's (a served engine leaves transformers as it found it)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
     AttentionInterface.register(BLOCK_ATTENTION, block_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(BLOCK_ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-    config._attn_implementation = BLOCK_ATTENTION
-    return config._attn_implementation == BLOCK_ATTENTION
+    try:
+        yield
+    finally:
+        # No public way to unregister: the class-level mappings `register` wrote to.
+        AttentionInterface._global_mapping.pop(BLOCK_ATTENTION, None)
+        AttentionMaskInterface._global_mapping.pop(BLOCK_ATTENTION, None)
 
 
 def block_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

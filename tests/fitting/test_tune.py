@@ -148,6 +148,9 @@ def test_block_attention_trains_what_the_packed_pass_trains(transformers_engine,
             assert (a - b).abs().max() <= 1e-4 * b.abs().max() + 1e-9
     assert model.config._attn_implementation == BLOCK_ATTENTION
     assert transformers_engine.base_loaded.model.config._attn_implementation != BLOCK_ATTENTION
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    assert BLOCK_ATTENTION not in ALL_ATTENTION_FUNCTIONS.keys()  # registered for the training passes only
 
 
 @pytest.fixture(scope="module")

@@ -9,15 +9,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 N=${PER_INTENT:-10}
-OUT=benchmarks/fitting/tune_banking77/per-intent-$N
+HERE=benchmarks/fitting/tune_banking77
+OUT=$HERE/per-intent-$N
 DATA=${DATA:-../shared/data}/banking77
 DF=.venv/bin/decisionflow
 NICE=${NICE:-nice -n 19}
 THREADS=${THREADS:-1}
 S=/tmp/tune_banking77; mkdir -p $S $OUT
-.venv/bin/python -m benchmarks.fitting.tune_banking77.select_rows $DATA/train.csv $S/train$N.csv --per-intent $N --seed 0
+.venv/bin/python -m benchmarks.fitting.tune_banking77.select_rows $DATA/train.csv $S/train$N.jsonl --per-intent $N --seed 0
 uptime > $OUT/uptime-before.txt
-$NICE /usr/bin/time -f "%e s wall, %M KB peak" $DF tune workflows/banking77_intent.yaml --data $S/train$N.csv \
+$NICE /usr/bin/time -f "%e s wall, %M KB peak" $DF tune workflows/banking77_intent.yaml --data $S/train$N.jsonl \
   --label intent=label --keep --threads $THREADS --output $S/b77-$N.adapter.safetensors --json > $OUT/tune.json 2> $S/tune$N.err
 tail -1 $S/tune$N.err | tee $OUT/time.txt
 uptime >> $OUT/uptime-before.txt
