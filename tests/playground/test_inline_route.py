@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))
-from serve_client import TICKETS, Client, rubric_folder, running_server  # noqa: E402, F401 - fixtures
+from serve_client import TICKETS, client_of_port, rubric_folder, running_server  # noqa: E402, F401 - fixtures
 
 from decisionflow.errors import RubricError  # noqa: E402
 from decisionflow.serve import Limits, ServeSettings  # noqa: E402
@@ -27,13 +27,6 @@ def port(engine, rubric_folder):
     settings = ServeSettings(limits=Limits(new_question_set_burst=2, new_question_sets_per_minute=0.001))
     with running_server(engine, rubric_folder, settings) as port:
         yield port
-
-
-@pytest.fixture
-def client(port):
-    connection = Client(port)
-    yield connection
-    connection.close()
 
 
 def test_an_inline_rubric_answers_what_the_same_rubric_served_by_name_answers(client):

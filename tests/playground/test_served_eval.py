@@ -16,7 +16,8 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))
-from serve_client import Client, running_server  # noqa: E402
+from serve_client import DESK, Client, client_of_port, running_server  # noqa: E402, F401 - fixtures
+from serve_client import DESK_ROWS as ROWS
 
 from decisionflow.fitting import fit_heads  # noqa: E402
 from decisionflow.runtime.heads.fitted import Heads  # noqa: E402
@@ -27,30 +28,6 @@ from decisionflow.spec.yaml_rubric import load_rubric  # noqa: E402
 
 pytestmark = pytest.mark.model
 
-DESK = """\
-name: desk
-instructions: Route one short customer message.
-pin_first: false
-fields:
-  refund: {kind: boolean, question: Whether the customer asks for money back}
-  queue:
-    kind: choice
-    question: Which queue the message goes to
-    options: [red, green, blue]
-"""
-ROWS = {
-    "red": ["I was charged twice for my order", "My invoice shows the wrong amount",
-            "Why is there an extra fee on my card statement?", "Please refund the duplicate payment",
-            "The subscription price went up without notice", "I was billed after cancelling",
-            "My credit card was charged the wrong total", "Can I get a receipt for last month's payment?"],
-    "green": ["My parcel has not arrived yet", "The courier left the package at the wrong address",
-              "Tracking says delivered but nothing came", "How long does delivery to Canada take?",
-              "The box arrived crushed and late", "Can you ship it express instead?",
-              "My order is stuck in transit for two weeks", "The delivery driver never showed up"],
-    "blue": ["I cannot log into my account", "The password reset email never arrives",
-             "My account is locked after three tries", "Two-factor code is not accepted", "I forgot my username",
-             "The app keeps signing me out", "Login page shows an error 500", "How do I change my password?"],
-}
 LABELLED = [{"text": text, "queue": label, "refund": label == "red" and index == 3}
             for label, texts in ROWS.items() for index, text in enumerate(texts[:4])][::2]
 """Six of the fitted rows, two of each queue."""
@@ -76,13 +53,6 @@ def port(engine, folder):
     assert registry.get("desk").heads is not None and registry.get("desk").calibration is not None
     with running_server(engine, registry) as port:
         yield port
-
-
-@pytest.fixture
-def client(port):
-    connection = Client(port)
-    yield connection
-    connection.close()
 
 
 def confusion(rubric, decisions, field: str) -> list[list[int]]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))
-from serve_client import TICKETS, Client, rubric_folder, running_server  # noqa: E402, F401 - fixtures
+from serve_client import TICKETS, client_of_port, rubric_folder, running_server  # noqa: E402, F401 - fixtures
 
 from decisionflow.serve import Access, Limits, ServeSettings  # noqa: E402
 from decisionflow.spec.plan import make_plan  # noqa: E402
@@ -51,13 +51,6 @@ def port(engine, rubric_folder):
                              limits=Limits(new_question_set_burst=1, new_question_sets_per_minute=0.001))
     with running_server(engine, rubric_folder, settings) as port:
         yield port
-
-
-@pytest.fixture
-def client(port):
-    connection = Client(port)
-    yield connection
-    connection.close()
 
 
 def post(client, body, path=ROUTE):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))
-from serve_client import TICKETS, Client, rubric_folder, running_server  # noqa: E402, F401 - fixtures
+from serve_client import TICKETS, client_of_port, rubric_folder, running_server  # noqa: E402, F401 - fixtures
 
 from decisionflow import rubric_of  # noqa: E402
 from decisionflow.serve import Access, Limits, ServeSettings  # noqa: E402
@@ -31,13 +31,6 @@ def port(engine, rubric_folder):
     settings = ServeSettings(access=Access(api_keys=(KEY,)), limits=Limits(new_question_set_burst=40))
     with running_server(engine, rubric_folder, settings) as port:
         yield port
-
-
-@pytest.fixture
-def client(port):
-    connection = Client(port)
-    yield connection
-    connection.close()
 
 
 def run_source(source: str) -> dict:

@@ -34,6 +34,34 @@ fields:
 """
 
 
+DESK = """\
+name: desk
+instructions: Route one short customer message.
+pin_first: false
+fields:
+  refund: {kind: boolean, question: Whether the customer asks for money back}
+  queue:
+    kind: choice
+    question: Which queue the message goes to
+    options: [red, green, blue]
+"""
+
+DESK_ROWS = {
+    "red": ["I was charged twice for my order", "My invoice shows the wrong amount",
+            "Why is there an extra fee on my card statement?", "Please refund the duplicate payment",
+            "The subscription price went up without notice", "I was billed after cancelling",
+            "My credit card was charged the wrong total", "Can I get a receipt for last month's payment?"],
+    "green": ["My parcel has not arrived yet", "The courier left the package at the wrong address",
+              "Tracking says delivered but nothing came", "How long does delivery to Canada take?",
+              "The box arrived crushed and late", "Can you ship it express instead?",
+              "My order is stuck in transit for two weeks", "The delivery driver never showed up"],
+    "blue": ["I cannot log into my account", "The password reset email never arrives",
+             "My account is locked after three tries", "Two-factor code is not accepted", "I forgot my username",
+             "The app keeps signing me out", "Login page shows an error 500", "How do I change my password?"],
+}
+"""Eight messages a queue: enough for heads fitted in a few seconds to answer `queue` (tests that fit heads)."""
+
+
 @dataclass
 class Reply:
     status: int
@@ -136,5 +164,13 @@ def server_port(engine, rubric_folder) -> Iterator[int]:
 @pytest.fixture
 def client(server_port) -> Iterator[Client]:
     connection = Client(server_port)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture(name="client")
+def client_of_port(port) -> Iterator[Client]:
+    """`client` for a module whose server fixture is `port` (its own rubrics or settings): import this one instead."""
+    connection = Client(port)
     yield connection
     connection.close()

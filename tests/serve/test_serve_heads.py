@@ -13,7 +13,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from serve_client import ROOT, TICKETS, Client, running_server, stand_in_engine
+from serve_client import DESK, ROOT, TICKETS, Client, running_server, stand_in_engine
+from serve_client import DESK_ROWS as ROWS
 from typer.testing import CliRunner
 
 from decisionflow.cli import app as cli_app
@@ -28,31 +29,6 @@ from decisionflow.spec import load_rubric
 
 runner = CliRunner()
 
-DESK = """\
-name: desk
-instructions: Route one short customer message.
-pin_first: false
-fields:
-  refund: {kind: boolean, question: Whether the customer asks for money back}
-  queue:
-    kind: choice
-    question: Which queue the message goes to
-    options: [red, green, blue]
-"""
-
-ROWS = {
-    "red": ["I was charged twice for my order", "My invoice shows the wrong amount",
-            "Why is there an extra fee on my card statement?", "Please refund the duplicate payment",
-            "The subscription price went up without notice", "I was billed after cancelling",
-            "My credit card was charged the wrong total", "Can I get a receipt for last month's payment?"],
-    "green": ["My parcel has not arrived yet", "The courier left the package at the wrong address",
-              "Tracking says delivered but nothing came", "How long does delivery to Canada take?",
-              "The box arrived crushed and late", "Can you ship it express instead?",
-              "My order is stuck in transit for two weeks", "The delivery driver never showed up"],
-    "blue": ["I cannot log into my account", "The password reset email never arrives",
-             "My account is locked after three tries", "Two-factor code is not accepted", "I forgot my username",
-             "The app keeps signing me out", "Login page shows an error 500", "How do I change my password?"],
-}
 TEXTS = ["I was charged two times for one order, refund me", "Where is my package? It is a week late",
          "I keep getting locked out when I sign in"]
 
