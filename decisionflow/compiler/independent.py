@@ -120,8 +120,9 @@ def bare_entry(spec: FieldSpec, answer_format: AnswerFormat, catalog: Catalog) -
 
 def bare_options(spec: FieldSpec, answer_format: AnswerFormat) -> dict[Any, str] | None:
     """Each option's bare text, where every option is a string whose JSON literal is only its quotes around
-    it, none has a `|`, a line break or spaces at its ends, and none reads as a number, a boolean or null
-    (which the bare text would name instead): else None, and the options stay quoted."""
+    it, none has a `|`, a quote or a backslash, and none reads as a number, a boolean or null (which the bare
+    text would name instead): else None, and the options stay quoted. (A rubric already refuses empty options,
+    line breaks and spaces at an option's ends.)"""
     if spec.kind is not FieldKind.CHOICE or answer_format is not AnswerFormat.LABELS:
         return None
     bare: dict[Any, str] = {}
@@ -129,7 +130,7 @@ def bare_options(spec: FieldSpec, answer_format: AnswerFormat) -> dict[Any, str]
         literal = value_literal(spec, value, answer_format)
         if not isinstance(value, str) or literal != json.dumps(value, ensure_ascii=False):
             return None
-        if not value or value != value.strip() or "|" in value or "\n" in value or '"' in value or "\\" in value:
+        if "|" in value or '"' in value or "\\" in value:
             return None
         try:
             json.loads(value)
