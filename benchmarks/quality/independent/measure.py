@@ -34,7 +34,7 @@ from decisionflow.runtime.readout.debias import CONTENT_FREE_BY_READING, CONTENT
 from decisionflow.spec.references import shipped_workflow
 from decisionflow.spec.rubric import Debias, FieldKind, Reading, Rubric
 from decisionflow.spec.yaml_rubric import load_rubric
-from decisionflow.stats import mcnemar_exact, metrics
+from decisionflow.stats import mcnemar, metrics
 
 SETS = {
     "banking77": ("banking77_intent", {"intent": "label"}, 300),
@@ -79,11 +79,10 @@ def _set(data: Path, name: str, limit: int | None) -> tuple[Rubric, list[Any], d
 def _paired(gold: list[Any], reference: list[Any], predicted: list[Any],
             names: tuple[str, str] = ("shared", "independent")) -> dict[str, Any]:
     """`predicted`'s scores, and McNemar's exact test against `reference` on the same rows."""
-    only_reference = sum(r == g and p != g for r, p, g in zip(reference, predicted, gold))
-    only_predicted = sum(p == g and r != g for r, p, g in zip(reference, predicted, gold))
+    test = mcnemar([r == g for r, g in zip(reference, gold)], [p == g for p, g in zip(predicted, gold)])
     return {"accuracy": metrics.accuracy(gold, predicted), "macro_f1": metrics.macro_f1(gold, predicted),
-            f"only_{names[0]}_right": only_reference, f"only_{names[1]}_right": only_predicted,
-            "mcnemar_p": mcnemar_exact(only_reference, only_predicted)}
+            f"only_{names[0]}_right": test.only_first, f"only_{names[1]}_right": test.only_second,
+            "mcnemar_p": test.p}
 
 
 def accuracy(engine: Engine, data: Path, name: str, limit: int | None) -> dict[str, Any]:
