@@ -18,16 +18,19 @@ from rich.table import Table
 from ..errors import DataError
 from ..quality.labelled import fit_columns, load_records, parse_slice, refuse_short_rows
 from .common import (
+    AdapterOption,
     DataOption,
     DeviceOption,
     DtypeOption,
     LabelColumnsOption,
     LoaderOption,
     ModelOption,
+    NoAdapterOption,
     RubricRef,
     SkipUnknownLabelsOption,
     TextColumnOption,
     ThreadsOption,
+    chosen_adapter,
     count,
     guarded,
     load_engine,
@@ -78,6 +81,8 @@ def fit_command(
                                  "a score's errors: Wilcoxon's) is below P (1: any win).")
     ] = 0.05,
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit report as JSON instead of a table.")] = False,
+    adapter_path: AdapterOption = None,
+    no_adapter: NoAdapterOption = False,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
@@ -85,7 +90,8 @@ def fit_command(
     threads: ThreadsOption = None,
 ) -> None:
     """Fit a head per labelled field on the model's hidden states, keep it where it beats the zero-shot
-    readout in cross-validation (McNemar p, a score's errors Wilcoxon p, below --significance), and save the heads beside the rubric (`run`, `eval` and `serve` apply them)."""
+    readout in cross-validation (McNemar p, a score's errors Wilcoxon p, below --significance), and save the heads beside the rubric (`run`, `eval` and `serve` apply them).
+    A tuned adapter beside the rubric is merged first, so the heads read the adapted states they will be served on."""
     from ..fitting.head_fit import fit_examples
     from ..runtime.heads.fitted import Heads
 
@@ -102,7 +108,12 @@ def fit_command(
     if skipped:
         say(err, f"left out {count(skipped, 'label')} that {'is' if skipped == 1 else 'are'} not an answer of "
                  "its field (--skip-unknown-labels)")
-    engine = guarded(ctx, err, lambda: load_engine(err, model=model, threads=threads, device=device, dtype=dtype, loader=loader))
+    adapter, _ = guarded(ctx, err, lambda: chosen_adapter(rubric_ref, adapter_path, no_adapter))
+    engine = guarded(ctx, err, lambda: load_engine(err, model=model, threads=threads, device=device, dtype=dtype, loader=loader,
+                                                   adapter=adapter))
+    if adapter is not None:
+        # Heads fitted here are keyed by the adapted model: served only with this adapter merged.
+        say(err, f"adapter: {adapter.describe()} (the heads read the adapted model)")
     with progress_bars(err) as progress_for:
         progress = progress_for("reading rows")
         result = guarded(ctx, err, lambda: fit_examples(engine, target, examples, skipped=skipped, layers=chosen_layers,

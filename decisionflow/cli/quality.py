@@ -225,6 +225,8 @@ def calibrate_command(
     debias: DebiasOption = None,
     heads_path: HeadsOption = None,
     no_heads: NoHeadsOption = False,
+    adapter_path: AdapterOption = None,
+    no_adapter: NoAdapterOption = False,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
@@ -264,7 +266,12 @@ def calibrate_command(
         fitting_rows = _fitting_rows(heads, chosen)
         if fitting_rows and any(name in heads.fitted_fields for name in fields):
             _warn_fitting_rows(err, fitting_rows, chosen, heads_file, "calibrated on")
+    adapter, _ = guarded(ctx, err, lambda: chosen_adapter(rubric_ref, adapter_path, no_adapter))
     engine = guarded(ctx, err, lambda: _engine(err, model, threads, device, dtype, loader))
+    if adapter is not None:
+        # A calibration fitted here corrects the adapted readout, the one run and serve read beside it.
+        engine = guarded(ctx, err, lambda: engine.with_adapter(adapter))
+        say(err, f"adapter: {adapter.describe()}")
     if heads is not None:
         guarded(ctx, err, lambda: engine.check_heads(heads, target))
         after_head = [name for name in fields if name in heads.fitted_fields]

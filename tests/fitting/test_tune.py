@@ -379,3 +379,25 @@ def test_ctrl_c_keeps_the_adapter_of_the_last_completed_step(engine, review):
     assert set(result.fields) == {"code"} and result.fields["code"].rows == 2
     assert result.adapter.metadata.weights == engine.weights_fingerprint and result.adapter.weights
     assert any(b.abs().max() > 0 for _, b in result.adapter.weights.values())  # one step moved B off zero
+
+
+def test_fit_and_calibrate_read_the_adapted_model_beside_the_rubric(tuned, tmp_path):
+    """Heads fitted with the adapter beside the rubric are keyed by the adapted model: `run` serves them with the
+    adapter and refuses them without it; `calibrate` fits on the adapted readout too."""
+    import shutil
+
+    rubric, data, _ = tuned
+    for name in ("review.yaml", "review.adapter.safetensors", "rows.csv"):
+        shutil.copy(rubric.with_name(name), tmp_path / name)
+    copied, rows = tmp_path / "review.yaml", tmp_path / "rows.csv"
+    fitted = invoke("fit", copied, "--data", rows, "--dtype", "float32", "--no-words", "--json")
+    assert fitted.exit_code == 0, fitted.output
+    assert "adapter: " in fitted.stderr and (tmp_path / "review.heads.safetensors").is_file()
+    served = invoke("run", copied, "--text", TEXT, "--json", "--dtype", "float32")
+    assert served.exit_code == 0, served.output
+    refused = invoke("run", copied, "--text", TEXT, "--json", "--dtype", "float32", "--no-adapter")
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.exit_code == 1 and len(errors) == 1, refused.output
+    calibrated = invoke("calibrate", copied, "--data", rows, "--field", "sentiment", "--dtype", "float32")
+    assert calibrated.exit_code == 0, calibrated.output
+    assert "adapter: " in calibrated.stderr and (tmp_path / "review.calibration.json").is_file()
