@@ -20,13 +20,16 @@ from .common import (
     DataOption,
     DeviceOption,
     DtypeOption,
+    HeadsOption,
     LabelColumnsOption,
     LoaderOption,
     ModelOption,
+    NoHeadsOption,
     RubricRef,
     SkipUnknownLabelsOption,
     TextColumnOption,
     ThreadsOption,
+    chosen_heads,
     count,
     guarded,
     load_engine,
@@ -77,6 +80,8 @@ def tune_command(
                      "file; required for a shipped workflow's name or module:Class).", show_default=False),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of a table.")] = False,
+    heads_path: HeadsOption = None,
+    no_heads: NoHeadsOption = False,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
@@ -85,9 +90,11 @@ def tune_command(
 ) -> None:
     """Fit a LoRA adapter on labelled rows (each field's gold answer over its answers, read as the engine reads them),
     keep it where it beats the model without it on held-out rows (McNemar p below --significance), and save it beside
-    the rubric (`run`, `eval` and `serve` merge it)."""
+    the rubric (`run`, `eval` and `serve` merge it). Where the rubric has fitted heads, the comparison is between heads
+    fitted on the training rows without and with the adapter, and the adapted heads are saved with the adapter."""
     from ..fitting.tuning import peft_available, tune_examples
     from ..runtime.adapter import adapter_path_for, save_problem
+    from ..runtime.heads.fitted import Heads
 
     err = stderr()
     guarded(ctx, err, peft_available)
@@ -112,14 +119,23 @@ def tune_command(
             raise typer.Exit(1)
     if skipped:
         say(err, f"left out {count(skipped, 'label')} that {'is' if skipped == 1 else 'are'} not an answer of its field")
+    heads, heads_file = guarded(ctx, err, lambda: chosen_heads(rubric_ref, heads_path, no_heads, rubric))
+    heads_output = heads_beside(output)
+    if heads is not None and (problem := Heads.save_problem(heads_output)):
+        say(err, f"error: the heads refitted with the adapter go beside it: {problem}")
+        raise typer.Exit(2)
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, threads=threads, device=device, dtype=dtype, loader=loader))
+    if heads is not None:
+        guarded(ctx, err, lambda: engine.check_heads(heads, target))
+        say(err, f"heads: {heads_file} (the adapter is judged against heads fitted on the training rows, and heads are "
+                 "fitted again on the adapted model)")
     began = time.perf_counter()
     with progress_bars(err) as progress_for:
         progress = progress_for("training rows")
         result = guarded(ctx, err, lambda: tune_examples(
             engine, target, examples, fields=chosen, rank=rank, alpha=alpha, targets=chosen_targets,
             learning_rate=learning_rate, epochs=epochs, batch_rows=batch_rows, seed=seed, hold_out=hold_out,
-            significance=significance, progress=progress, keep=keep))
+            significance=significance, progress=progress, keep=keep, heads=heads))
     took = time.perf_counter() - began
     if result.interrupted:
         say(err, f"interrupted: the adapter after {count(result.steps, 'step')} is judged")
@@ -127,9 +143,11 @@ def tune_command(
         say(err, line)
     saved = guarded(ctx, err, lambda: result.adapter.save(output)) if result.kept else None
     size = saved.stat().st_size if saved is not None else 0
+    # Heads fitted without the adapter are refused beside it: the ones judged with it take their place.
+    saved_heads = guarded(ctx, err, lambda: result.heads.save(heads_output)) if saved and result.heads else None
     if as_json:
         typer.echo(json.dumps({**result.to_dict(), "saved": str(saved) if saved else None, "bytes": size,
-                               "seconds": took}, indent=2))
+                               "heads_saved": str(saved_heads) if saved_heads else None, "seconds": took}, indent=2))
         return
     out = Console(width=max(Console().width, 120))
     out.print(tune_table(result))
@@ -138,8 +156,21 @@ def tune_command(
              f"({count(result.steps, 'step')}, {rate:.2f} rows/s), judged on {count(result.held_out, 'held-out row')}; {took:.1f} s in all")
     if saved is not None:
         say(out, f"saved {saved} ({size / 1024:.0f} KiB)")
+        if saved_heads is not None:
+            say(out, f"saved {saved_heads}: heads fitted on the adapted model ({', '.join(result.heads.fitted_fields) or 'none'}"
+                     " fitted), in place of the heads fitted without it")
     else:
         say(out, "nothing saved")
+
+
+def heads_beside(adapter_path: Path) -> Path:
+    """Where heads fitted on an adapted model go: `NAME.heads.safetensors` beside `NAME.adapter.safetensors` (beside a
+    rubric, the heads `run` reads with its adapter)."""
+    from ..runtime.adapter import SUFFIX
+    from ..runtime.heads.fitted import Heads
+
+    stem = adapter_path.name.removesuffix(SUFFIX) if adapter_path.name.endswith(SUFFIX) else adapter_path.stem
+    return Heads.path_for(adapter_path.with_name(stem + ".yaml"))
 
 
 def tune_table(result: Any) -> Table:

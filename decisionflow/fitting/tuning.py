@@ -77,6 +77,9 @@ class TuneResult:
     """The mean training loss of each epoch (the last one partial when interrupted)."""
     warnings: list[str] = field(default_factory=list)
     timings_s: dict[str, float] = field(default_factory=dict)
+    heads: Any = None
+    """Where the rubric is served with fitted heads (`tune_examples(heads=...)`): heads refitted on the adapted
+    model from the training rows, the ones judged with the adapter (saved with it, where `kept`); else None."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +87,7 @@ class TuneResult:
             "held_out": self.held_out, "steps": self.steps, "interrupted": self.interrupted, "losses": self.losses,
             "warnings": self.warnings, "timings_s": self.timings_s,
             "fields": {name: info.model_dump() for name, info in self.fields.items()},
+            "heads_refitted": None if self.heads is None else list(self.heads.fitted_fields),
         }
 
 
@@ -100,26 +104,32 @@ def tune_adapter(
     alpha: float = 16.0, targets: Sequence[str] = DEFAULT_TARGETS, learning_rate: float = LEARNING_RATE,
     epochs: int = EPOCHS, batch_rows: int = BATCH_ROWS, seed: int = 0, hold_out: float = HOLD_OUT,
     significance: float = SIGNIFICANCE, progress: Progress | None = None, unknown_labels: str = "error",
-    keep: bool = False,
+    keep: bool = False, heads: Any = None,
 ) -> TuneResult:
     """Tune a LoRA adapter on `rows` (see `examples_of`); see the module. `fields`: the labelled fields to train
     and judge on (default: every labelled one). `progress(done, total)` counts training rows over the epochs.
-    Ctrl-C stops training; the adapter after the last completed step is judged and returned (`interrupted`)."""
+    Ctrl-C stops training; the adapter after the last completed step is judged and returned (`interrupted`).
+    `heads`: the fitted heads the rubric is served with, if any (see `tune_examples`)."""
     rubric = rubric_of(target)
     examples, _ = examples_of(rubric, rows, unknown_labels=unknown_labels)
     return tune_examples(engine, rubric, examples, fields=fields, rank=rank, alpha=alpha, targets=targets,
                          learning_rate=learning_rate, epochs=epochs, batch_rows=batch_rows, seed=seed, hold_out=hold_out,
-                         significance=significance, progress=progress, keep=keep)
+                         significance=significance, progress=progress, keep=keep, heads=heads)
 
 
 def tune_examples(
     engine: Any, target: Any, examples: Sequence[Example], *, fields: Sequence[str] | None = None, rank: int = 8,
     alpha: float = 16.0, targets: Sequence[str] = DEFAULT_TARGETS, learning_rate: float = LEARNING_RATE,
     epochs: int = EPOCHS, batch_rows: int = BATCH_ROWS, seed: int = 0, hold_out: float = HOLD_OUT,
-    significance: float = SIGNIFICANCE, progress: Progress | None = None, keep: bool = False,
+    significance: float = SIGNIFICANCE, progress: Progress | None = None, keep: bool = False, heads: Any = None,
 ) -> TuneResult:
     """`tune_adapter` on rows `examples_of` has already checked (the command line checks its file first). `keep`: keep
-    the adapter whatever the held-out comparison says (it is still made and reported)."""
+    the adapter whatever the held-out comparison says (it is still made and reported).
+
+    `heads`: the fitted heads the rubric is served with (heads fitted without an adapter are refused beside one).
+    Where they answer a tuned field, the comparison is between heads, fitted alike on the training rows: on the
+    model without the adapter and on the adapted one (`TuneResult.heads`, saved with the adapter where kept), both
+    judged on the held-out rows, so an adapter is kept only where it wins over the heads it replaces."""
     peft_available()
     rubric = rubric_of(target)
     if getattr(engine, "adapter", None) is not None:
@@ -184,18 +194,39 @@ def tune_examples(
     adapter = adapter_of(model, engine, rubric, rank=rank, alpha=alpha, targets=targets, seed=seed, rows=len(train),
                          held_out=len(held), epochs=epochs, learning_rate=learning_rate)
     began = time.perf_counter()
-    infos, kept, why = judge(engine, engine.with_adapter(adapter), rubric, held, chosen, significance)
+    adapted = engine.with_adapter(adapter)
+    base_heads = adapted_heads = None
+    notes: list[str] = []
+    if heads is not None:
+        base_heads, adapted_heads = refitted_heads(engine, adapted, rubric, train, heads, seed)
+        untuned = [name for name in heads.fitted_fields if name not in chosen]
+        if untuned:
+            notes.append(f"warning: the heads of {', '.join(untuned)} read the model without the adapter and these rows "
+                         "do not label them: fit them again on the adapted model (decisionflow fit)")
+    infos, kept, why = judge(engine, adapted, rubric, held, chosen, significance, base_heads=base_heads,
+                             adapted_heads=adapted_heads)
+    if adapted_heads is not None:
+        why += "; both with heads fitted on the training rows"
     if steps == 0:
         kept, why = False, "no training step was taken"
     elif keep and not kept:
         kept, why = True, f"kept as asked, though {why[0].lower()}{why[1:]}"
     adapter.metadata = adapter.metadata.model_copy(update={"fields": infos, "kept": kept, "why": why})
-    notes = [f"warning: field {name!r} has no held-out row it was read on, so it is not judged"
-             for name, info in infos.items() if not info.rows]
+    notes += [f"warning: field {name!r} has no held-out row it was read on, so it is not judged"
+              for name, info in infos.items() if not info.rows]
     return TuneResult(adapter, kept, why, infos, rows=len(train), held_out=len(held), steps=steps, interrupted=interrupted,
-                      losses=losses, warnings=notes,
+                      losses=losses, warnings=notes, heads=adapted_heads,
                       timings_s={"train": trained_s, "judge": time.perf_counter() - began,
                                  "rows_per_s": done / trained_s if trained_s > 0 else 0.0})
+
+
+def refitted_heads(base: Any, adapted: Any, rubric: Any, train: Sequence[Example], served: Any, seed: int) -> tuple[Any, Any]:
+    """Heads fitted on the training rows, on the model without the adapter and on the adapted one, reading the
+    layers the served heads read (the default ones where those read none): the pair the held-out rows judge."""
+    from .head_fit import fit_examples
+
+    options = {"layers": tuple(served.layers) or None, "seed": seed}
+    return (fit_examples(base, rubric, train, **options).heads, fit_examples(adapted, rubric, train, **options).heads)
 
 
 def split_held_out(examples: Sequence[Example], share: float, seed: int) -> tuple[list[Example], list[Example]]:
@@ -431,11 +462,17 @@ def adapter_of(model: Any, engine: Any, rubric: Any, *, rank: int, alpha: float,
     return Adapter(metadata, weights)
 
 
-def held_out_right(engine: Any, rubric: Any, examples: Sequence[Example], fields: Sequence[str]) -> dict[str, list[bool | None]]:
-    """Per field, per held-out row: whether the engine's answer (its readout as served, the row's gold parent
-    answers written) is the gold one; None where the field was not read or not labelled."""
-    outcomes, _ = engine.read_features(rubric, [e.text for e in examples], layers=(-1,),
-                                       write=[parents_to_write(rubric, e.labels) for e in examples])
+def held_out_right(engine: Any, rubric: Any, examples: Sequence[Example], fields: Sequence[str],
+                   heads: Any = None) -> dict[str, list[bool | None]]:
+    """Per field, per held-out row: whether the engine's answer (its readout as served, with `heads` where given,
+    the row's gold parent answers written) is the gold one; None where the field was not read or not labelled."""
+    write = [parents_to_write(rubric, e.labels) for e in examples]
+    texts = [e.text for e in examples]
+    if heads is None:
+        outcomes, _ = engine.read_features(rubric, texts, layers=(-1,), write=write)
+    else:
+        outcomes = engine._decide(rubric, texts, progress=None, calibration=None, debias=None, fail_fast=False,
+                                  heads=heads, forced=write)
     right: dict[str, list[bool | None]] = {name: [] for name in fields}
     for example, outcome in zip(examples, outcomes):
         for name in fields:
@@ -449,10 +486,11 @@ def held_out_right(engine: Any, rubric: Any, examples: Sequence[Example], fields
 
 
 def judge(base: Any, adapted: Any, rubric: Any, held: Sequence[Example], fields: Sequence[str],
-          significance: float) -> tuple[dict[str, AdapterFieldInfo], bool, str]:
+          significance: float, *, base_heads: Any = None,
+          adapted_heads: Any = None) -> tuple[dict[str, AdapterFieldInfo], bool, str]:
     """Per field, held-out accuracy without and with the adapter and McNemar's p; whether to keep it, and why."""
-    before = held_out_right(base, rubric, held, fields)
-    after = held_out_right(adapted, rubric, held, fields)
+    before = held_out_right(base, rubric, held, fields, base_heads)
+    after = held_out_right(adapted, rubric, held, fields, adapted_heads)
     infos: dict[str, AdapterFieldInfo] = {}
     wins, losses = [], []
     for name in fields:

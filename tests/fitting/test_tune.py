@@ -401,3 +401,25 @@ def test_fit_and_calibrate_read_the_adapted_model_beside_the_rubric(tuned, tmp_p
     calibrated = invoke("calibrate", copied, "--data", rows, "--field", "sentiment", "--dtype", "float32")
     assert calibrated.exit_code == 0, calibrated.output
     assert "adapter: " in calibrated.stderr and (tmp_path / "review.calibration.json").is_file()
+
+
+def test_tune_judges_against_heads_beside_the_rubric_and_saves_adapted_heads(tmp_path):
+    """A rubric served with fitted heads: `tune` judges the adapter with heads fitted on its training rows on either
+    model, and saves the adapted model's heads in place of the old ones, so `run` serves adapter and heads together."""
+    from decisionflow.runtime.heads.fitted import Heads
+
+    rubric, data = project(tmp_path, count=24)
+    fitted = invoke("fit", rubric, "--data", data, "--dtype", "float32", "--no-words")
+    assert fitted.exit_code == 0, fitted.output
+    heads_file = rubric.with_name("review.heads.safetensors")
+    before = Heads.load(heads_file).metadata.weights
+    result = invoke("tune", rubric, "--data", data, "--rank", "4", "--batch-rows", "6", "--learning-rate", "0.01",
+                    "--keep", "--json", "--dtype", "float32")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert "heads: " in result.stderr and "both with heads fitted on the training rows" in report["why"]
+    assert report["heads_saved"] == str(heads_file) and report["heads_refitted"] is not None
+    after = Heads.load(heads_file).metadata.weights
+    assert after != before and after.startswith(before) and "+adapter-" in after
+    served = invoke("run", rubric, "--text", TEXT, "--json", "--dtype", "float32")
+    assert served.exit_code == 0 and "heads: " in served.stderr and "adapter: " in served.stderr, served.output
