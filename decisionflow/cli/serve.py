@@ -150,7 +150,10 @@ def serve_command(
     from ..serve import RubricRegistry, create_app
     from ..serve.server import bind, serve
 
-    registry = guarded(ctx, err, lambda: RubricRegistry.from_folder(rubrics, heads=not no_heads))
+    adapter = guarded(ctx, err, lambda: served_adapter(adapter_path, no_adapter))
+    # Without --adapter or --no-adapter, each rubric's route reads the model with the adapter beside it, if any.
+    registry = guarded(ctx, err, lambda: RubricRegistry.from_folder(
+        rubrics, heads=not no_heads, adapters=adapter_path is None and not no_adapter))
     settings = ServeSettings(
         limits=Limits(max_body_bytes=max_body_bytes, max_questions=max_questions, max_options=max_options,
                       max_texts=max_texts, max_queue=max_queue, body_timeout_s=body_timeout,
@@ -168,7 +171,6 @@ def serve_command(
         work_threads=work_threads,
         decisions_refusal_mass=decisions_refusal_mass,
     )
-    adapter = guarded(ctx, err, lambda: served_adapter(registry, adapter_path, no_adapter))
     engine = guarded(ctx, err, lambda: load_engine(err, model=model, exact=exact, threads=threads, device=device, dtype=dtype,
                                                    loader=loader, adapter=adapter))
     if adapter is not None:
@@ -176,6 +178,8 @@ def serve_command(
     # Checks the heads against the model, and gives the engine --batch-tokens (EngineOptions.max_batch_tokens).
     app = guarded(ctx, err, lambda: create_app(engine, registry, settings))
     for entry in registry.entries.values():
+        if entry.adapter is not None:
+            say(err, f"adapter: {entry.adapter.describe()} ({entry.name}: its route reads the model with it merged)")
         if entry.heads is not None:
             # Answers change under fitted heads: say which file does it, and for which fields (as `run` does).
             say(err, f"heads: {entry.heads.path} ({entry.name}; fitted: {', '.join(entry.fitted) or 'none'})")
@@ -193,32 +197,14 @@ def serve_command(
     serve(app, sock, log_level=log_level.value, on_started=announce)
 
 
-def served_adapter(registry: Any, path: Path | None, off: bool) -> Any:
-    """The one LoRA adapter the server's engine merges: none with `off`, `path` when given (for every route), else
-    the adapter beside the rubrics, which must then be one and the same beside every rubric served: one engine
-    serves one adapter, so rubrics tuned apart (or some tuned and some not) are served by separate processes."""
-    from ..errors import ModelError
-    from ..runtime.adapter import Adapter, adapter_path_for
+def served_adapter(path: Path | None, off: bool) -> Any:
+    """The adapter the server's engine merges for every route: `path` when given, else none (with `off`, or where each
+    rubric's own adapter beside it is read by its route: `RubricRegistry.from_folder(adapters=True)`)."""
+    from ..runtime.adapter import Adapter
 
-    if off:
-        if path is not None:
-            raise DataError("give --adapter or --no-adapter, not both")
-        return None
-    if path is not None:
-        return Adapter.load(path)
-    found = {name: adapter_path_for(entry.path) for name, entry in registry.entries.items()}
-    found = {name: beside for name, beside in found.items() if beside.is_file()}
-    if not found:
-        return None
-    adapters = {name: Adapter.load(beside) for name, beside in found.items()}
-    fingerprints = {adapter.fingerprint for adapter in adapters.values()}
-    untuned = [name for name in registry.entries if name not in adapters]
-    if len(fingerprints) > 1 or untuned:
-        tuned = ", ".join(f"{name} ({found[name].name})" for name in adapters)
-        raise ModelError(f"one engine serves one adapter, but rubrics differ: {tuned}"
-                         + (f"; without one: {', '.join(untuned)}" if untuned else "")
-                         + "; serve them from separate processes, or give --adapter PATH or --no-adapter")
-    return next(iter(adapters.values()))
+    if off and path is not None:
+        raise DataError("give --adapter or --no-adapter, not both")
+    return Adapter.load(path) if path is not None else None
 
 
 def _api_keys(given: list[str], variable: str) -> tuple[str, ...] | str:

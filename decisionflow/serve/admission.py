@@ -39,6 +39,7 @@ from .batcher import Cancellation, MicroBatcher, Stopped, Timing
 from .body import read_body
 from .budget import ANONYMOUS, PreparationBudget
 from .cache import RecentlyBuilt
+from .engines import RouteEngines
 from .logs import log
 from .metrics import Metrics
 from .refusals import HttpRefusal, Located, Refusal
@@ -148,14 +149,17 @@ class DecisionService:
     """What the routes do, apart from HTTP: check a request, admit its inputs, queue them, shape answers."""
 
     def __init__(self, engine: Engine, registry: RubricRegistry, settings: ServeSettings, metrics: Metrics, *,
-                 model_name: str, routes: Routes) -> None:
+                 model_name: str, routes: Routes, engines: RouteEngines | None = None) -> None:
         self.engine = engine
+        self.engines = engines or RouteEngines(engine, registry)
+        """The engine each request is read by: a served rubric's adapted one where it has an adapter beside it."""
         self.registry = registry
         self.settings = settings
         self.limits = settings.limits
         self.metrics = metrics
         self.routes = routes
-        self.batcher = MicroBatcher(engine, settings.batching, max_queue=self.limits.max_queue, metrics=metrics)
+        self.batcher = MicroBatcher(engine, settings.batching, max_queue=self.limits.max_queue, metrics=metrics,
+                                    engine_for=self.engines.for_target)
         self.question_sets = RecentlyBuilt(self.limits.max_cached_question_sets, self.limits.max_cached_question_set_bytes)
         """Question sets already built into rubrics (`/v1/systemone` questions, `/v1/chat/completions` schemas,
         `/v1/decisions` questions), by route and content (`QuestionSetFormat.key`)."""
@@ -329,7 +333,7 @@ class DecisionService:
         """One input of a served rubric admitted (tokenised off the event loop), queued and decided; its
         refusals located at `where`."""
         try:
-            cost = await self.off_loop(admission, self.engine, target, payload, note.cancellation)
+            cost = await self.off_loop(admission, self.engines.for_target(target), target, payload, note.cancellation)
         except RubricTooLong as error:
             raise error.error from None
         except InputError as error:

@@ -65,6 +65,7 @@ from .admission import (
 from .body import json_content_type, parse_json
 from .decisions import ROUTE as DECISIONS_ROUTE
 from .decisions import Decisions, parse_decision_request
+from .engines import RouteEngines
 from .inline import ROUTE as INLINE_ROUTE
 from .inline import InlineRubricFormat, parse_inline_request
 from .logs import log
@@ -129,21 +130,25 @@ def public_model_name(name: str) -> str:
 def create_app(engine: Engine, registry: RubricRegistry | None = None, settings: ServeSettings | None = None) -> FastAPI:
     """The ASGI app serving `engine` (already loaded); rubrics by name from `registry` (default: the shipped workflows).
 
-    Fitted heads in `registry` are checked against `engine` first: heads fitted for another model, rubric,
-    prompt or option set are a `RubricError` naming each file, and no app is made; so is a rubric whose
+    A rubric with a tuned adapter in `registry` is read by an engine over the same loaded model with its adapter
+    merged (`engines.RouteEngines`; an adapter tuned on another model is a `ModelError`, and no app is made).
+    Fitted heads in `registry` are checked against the engine that reads their rubric first: heads fitted for another
+    model, rubric, prompt or option set are a `RubricError` naming each file, and no app is made; so is a rubric whose
     prompt leaves the model's context no room for an input. The engine's
     `max_batch_tokens` is set to the batching token budget (one model call packs what the batcher gathers)."""
     settings = settings or ServeSettings()
     settings = replace(settings, limits=replace(settings.limits, max_body_bytes=body_limit_for(engine, settings.limits)))
     metrics = Metrics()
     registry = registry or RubricRegistry.from_folder()
-    registry.check_heads(engine)
     _give_engine_the_budget(engine, settings.batching.token_budget)
+    engines = RouteEngines(engine, registry)  # after the budget: adapted engines take the engine's options
+    registry.check_heads(engine, engines.for_entry)
     prepared = getattr(engine, "prepared", None)
     if prepared is not None:
         registry.check_prompts(engine)
         for entry in registry.entries.values():
-            prepared.pin(entry.rubric)  # new question sets never push a served rubric out of the cache
+            # New question sets never push a served rubric out of the cache.
+            engines.for_entry(entry).prepared.pin(entry.rubric)
         metrics.watch_prepared(prepared)
     limits = settings.limits
     model_name = settings.served_model_name or public_model_name(str(engine.loaded.name))
@@ -155,7 +160,7 @@ def create_app(engine: Engine, registry: RubricRegistry | None = None, settings:
                                    _reads(parse_decision_request)),
         rubric_inputs=_reads(lambda body: parse_inputs(body, limits)),
     )
-    service = DecisionService(engine, registry, settings, metrics, model_name=model_name, routes=routes)
+    service = DecisionService(engine, registry, settings, metrics, model_name=model_name, routes=routes, engines=engines)
     inline = QuestionSetRoute(InlineRubricFormat(limits), _reads(lambda body: parse_inline_request(body, limits)))
     access = settings.access
 

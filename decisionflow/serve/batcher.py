@@ -30,7 +30,7 @@ from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Hashable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator
 
 from ..errors import DecisionflowError, Unavailable
 from .logs import log
@@ -110,8 +110,11 @@ def at_capacity(waiting: int) -> Unavailable:
 
 
 class MicroBatcher:
-    def __init__(self, engine: Engine, batching: Batching, *, max_queue: int, metrics: Metrics) -> None:
+    def __init__(self, engine: Engine, batching: Batching, *, max_queue: int, metrics: Metrics,
+                 engine_for: Callable[[Any], Engine] | None = None) -> None:
         self.engine = engine
+        self.engine_for = engine_for or (lambda target: engine)
+        """The engine a call's rubric is read by (a served rubric's adapted one); every call runs on the one model thread."""
         self.batching = batching
         self.max_queue = max_queue
         self.metrics = metrics
@@ -331,7 +334,7 @@ class MicroBatcher:
         began = self._busy_since = time.perf_counter()
         try:
             return await loop.run_in_executor(
-                self._model_thread, lambda: self.engine.decide_each(first.target, payloads, **options)
+                self._model_thread, lambda: self.engine_for(first.target).decide_each(first.target, payloads, **options)
             )
         except Stopped as stopped:
             self.metrics.stopped.labels(phase=stopped.phase).inc()

@@ -1,5 +1,5 @@
-"""The rubrics a server offers by name: every YAML file of a folder, by file stem, with its calibration
-and its fitted heads.
+"""The rubrics a server offers by name: every YAML file of a folder, by file stem, with its calibration,
+its fitted heads and its tuned adapter.
 
 A folder with a broken rubric, a calibration that does not fit its rubric, or a heads file that cannot
 be read is refused at startup with every problem listed, and so (`check_heads`, once the model is
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import CalibrationError, DecisionflowError, Problem, RubricError
+from ..errors import CalibrationError, DecisionflowError, ModelError, Problem, RubricError
+from ..runtime.adapter import Adapter, adapter_path_for
 from ..runtime.heads.fitted import Heads, HeadsError
 from ..runtime.heads.fitted import describe as describe_head
 from ..runtime.readout.calibration import Calibration
@@ -36,6 +37,9 @@ class Registered:
     heads: Heads | None = None
     """`NAME.heads.safetensors` beside the rubric (from `decisionflow fit`); None when there is none or
     the registry was built with `heads=False`."""
+    adapter: Adapter | None = None
+    """`NAME.adapter.safetensors` beside the rubric (from `decisionflow tune`), merged into the model this route
+    reads; None when there is none or the registry was built with `adapters=False`."""
 
     @property
     def fitted(self) -> list[str]:
@@ -48,12 +52,14 @@ class RubricRegistry:
         self.entries = dict(sorted(entries.items()))
 
     @classmethod
-    def from_folder(cls, folder: Path | None = None, *, heads: bool = True) -> RubricRegistry:
+    def from_folder(cls, folder: Path | None = None, *, heads: bool = True, adapters: bool = True) -> RubricRegistry:
         """Every `*.yaml`/`*.yml` in `folder` (default: the shipped workflows); all problems at once.
 
         With `heads` (the default) a heads file beside a rubric (`NAME.heads.safetensors`) is read and
         applied to its route; one that cannot be read is a problem. Without, heads files are not read and
         every field is answered zero-shot. Whether heads fit the model is `check_heads`'s to say.
+        With `adapters` (the default) an adapter beside a rubric (`NAME.adapter.safetensors`) is read, and its
+        route reads the model with it merged (`create_app`); one that cannot be read is a problem.
         """
         folder = Path(folder) if folder is not None else shipped_workflows()
         if folder is not None and folder.is_file():
@@ -92,21 +98,30 @@ class RubricRegistry:
                 except CalibrationError as error:
                     problems.append(Problem(str(Calibration.path_for(path)), "", str(error)))
                     broken = True
+            adapter = None
+            if adapters and adapter_path_for(path).is_file():
+                try:
+                    adapter = Adapter.load(adapter_path_for(path))
+                except ModelError as error:
+                    problems.append(Problem(str(adapter_path_for(path)), "",
+                                            str(error).removeprefix(f"{adapter_path_for(path)}: ")))
+                    broken = True
             if not broken:
-                entries[path.stem] = Registered(path.stem, rubric, path, calibration, fitted)
+                entries[path.stem] = Registered(path.stem, rubric, path, calibration, fitted, adapter)
         if problems:
             raise RubricError(problems)
         return cls(entries)
 
-    def check_heads(self, engine: Engine) -> None:
+    def check_heads(self, engine: Engine, engine_for: Callable[[Registered], Engine] | None = None) -> None:
         """Refuse, all problems at once, heads fitted for another model, rubric, prompt or option set
-        than `engine` and the rubric they sit beside (a `RubricError` naming each heads file)."""
+        than `engine` (or `engine_for(entry)`, the engine that reads each route) and the rubric they sit beside
+        (a `RubricError` naming each heads file)."""
         problems = []
         for entry in self.entries.values():
             if entry.heads is None:
                 continue
             try:
-                engine.check_heads(entry.heads, entry.rubric)
+                (engine_for(entry) if engine_for is not None else engine).check_heads(entry.heads, entry.rubric)
             except HeadsError as error:
                 problems.append(_heads_problem(Heads.path_for(entry.path), error))
             except DecisionflowError as error:  # the rubric does not compile for this model's tokenizer

@@ -111,7 +111,7 @@ def parse_validate(body: Any, registry: Any, limits: Limits) -> tuple[Rubric, An
 
 
 def adapter_description(adapter: Any) -> dict[str, Any] | None:
-    """The LoRA adapter merged into the server's model (`serve --adapter`, or the one beside the rubrics): its file's
+    """The LoRA adapter merged into the model that reads a rubric (`serve --adapter`, or the one beside it): its file's
     name (never its folder), rank, the projections it adapts and the rubric it was tuned for; None without one."""
     if adapter is None:
         return None
@@ -124,7 +124,7 @@ def readout_of(rubric: Rubric, entry: Any, adapter: Any) -> dict[str, Any]:
     """How the fields of `rubric` are read on this server: `by` `name` (a served rubric decided by its own route, with
     the calibration and fitted heads saved beside it) or `yaml` (sent inline: zero-shot); `fitted`, the fields a
     fitted head answers; `calibrated`, the fields the calibration rescales or thresholds; `adapter`, the adapter
-    merged into the model for every route (`adapter_description`)."""
+    merged into the model that reads it (`adapter_description`)."""
     calibration = getattr(entry, "calibration", None)
     return {
         "by": "name" if entry is not None else "yaml",
@@ -447,13 +447,18 @@ def add_workbench_routes(app: Any, service: Any, inline: Any, limits: Limits, *,
     def pin_first() -> bool | None:
         return getattr(getattr(service.engine, "options", None), "pin_first", None)
 
+    def adapter_reading(entry: Any) -> Any:
+        """The adapter merged into the model that reads a served rubric (its own, beside it), or a YAML one (the server's)."""
+        engine = service.engines.for_entry(entry) if entry is not None else service.engine
+        return getattr(engine, "adapter", None)
+
     @app.post("/v1/rubrics/validate")
     async def rubric_validate(request: Request) -> Any:
         """A YAML rubric (or a served one by name) checked and planned, nothing decided (see `validate_answer`)."""
         async def work(raw: bytes, note: Any) -> Any:
             def check() -> dict[str, Any]:
                 rubric, entry = parse_validate(parse_json(raw), registry, limits)
-                return validate_answer(rubric, entry, pin_first=pin_first(), adapter=getattr(service.engine, "adapter", None))
+                return validate_answer(rubric, entry, pin_first=pin_first(), adapter=adapter_reading(entry))
             return await service.off_loop(check)
         return await answered(request, work)
 
@@ -511,6 +516,6 @@ def add_workbench_routes(app: Any, service: Any, inline: Any, limits: Limits, *,
 
             await one(0)  # the first row prepares the rubric (charged once); the others are batched together
             await asyncio.gather(*(one(index) for index in range(1, len(rows))))
-            evaluated = readout_of(rubric, entry, getattr(service.engine, "adapter", None))
+            evaluated = readout_of(rubric, entry, adapter_reading(entry))
             return await service.off_loop(lambda: eval_answer(rubric, rows, answers, errors, evaluated))
         return await answered(request, work)

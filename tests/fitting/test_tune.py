@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ from typer.testing import CliRunner
 from decisionflow.cli import app
 from decisionflow.errors import ModelError
 from decisionflow.spec.yaml_rubric import load_rubric
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))
+from serve_client import running_server  # noqa: E402
 
 CODE = {"negative": "k1", "positive": "k2"}
 REVIEW_YAML = """\
@@ -344,25 +348,47 @@ def test_an_adapter_file_for_another_model_is_refused_before_answering(tuned, tm
     assert result.exit_code == 1 and len(lines) == 1 and "was tuned on another model" in lines[0]
 
 
-def test_serve_refuses_rubrics_that_need_different_adapters_in_one_line(tuned, tmp_path, monkeypatch):
-    """One engine serves one adapter: a folder where one rubric has an adapter beside it and another has none is
-    refused at startup, before the model loads."""
+def test_serve_reads_each_rubric_with_its_own_adapter_side_by_side(engine, tuned, tmp_path):
+    """A folder with a tuned rubric (its adapter beside it) and an untuned one: requests of both, sent together,
+    are answered as an engine with that adapter merged and the engine without one answer them alone."""
     import shutil
+    from concurrent.futures import ThreadPoolExecutor
 
     from suite_support import ROOT
 
+    from decisionflow.runtime.adapter import Adapter
+
     pytest.importorskip("fastapi")
+    import httpx
+
     rubric, _, _ = tuned
     folder = tmp_path / "rubrics"
     folder.mkdir()
     shutil.copy(rubric, folder / "review.yaml")
     shutil.copy(rubric.with_name("review.adapter.safetensors"), folder / "review.adapter.safetensors")
     shutil.copy(ROOT / "workflows" / "sentiment.yaml", folder / "sentiment.yaml")
-    monkeypatch.setattr("decisionflow.cli.serve.load_engine", lambda *_, **__: pytest.fail("the model was loaded"))
-    result = invoke("serve", "--port", "0", "--rubrics", folder)
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert result.exit_code == 1 and len(lines) == 1, result.output
-    assert "one engine serves one adapter" in lines[0] and "without one: sentiment" in lines[0]
+    review, sentiment = load_rubric(folder / "review.yaml"), load_rubric(folder / "sentiment.yaml")
+    adapted = engine.with_adapter(Adapter.load(folder / "review.adapter.safetensors"))
+    texts = [TEXT, "the plot is a dull , lifeless mess .", "an utterly charming and hilarious film ."]
+    expected = {("review", text): adapted.decide(review, text).to_dict() for text in texts}
+    expected |= {("sentiment", text): engine.decide(sentiment, text).to_dict() for text in texts}
+    plain_review = engine.decide(review, TEXT).to_dict()
+    assert plain_review["fields"]["code"]["probabilities"] != expected["review", TEXT]["fields"]["code"]["probabilities"]
+    with running_server(engine, folder) as port, httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+        def ask(key: tuple[str, str]) -> tuple[tuple[str, str], dict]:
+            answer = client.post(f"/v1/rubrics/{key[0]}/decide", json={"text": key[1]})
+            assert answer.status_code == 200, answer.text
+            return key, answer.json()
+
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(ask, list(expected) * 2))
+        listed = {entry["name"]: entry for entry in client.get("/v1/rubrics").json()["rubrics"]}
+    for key, answer in answers:
+        for name, field in expected[key]["fields"].items():
+            assert answer["fields"][name]["value"] == field["value"], key
+            for label, p in field["probabilities"].items():
+                assert answer["fields"][name]["probabilities"][label] == pytest.approx(p, abs=1e-4), (key, name)
+    assert set(listed) == {"review", "sentiment"}
 
 
 def test_ctrl_c_keeps_the_adapter_of_the_last_completed_step(engine, review):
@@ -423,3 +449,21 @@ def test_tune_judges_against_heads_beside_the_rubric_and_saves_adapted_heads(tmp
     assert after != before and after.startswith(before) and "+adapter-" in after
     served = invoke("run", rubric, "--text", TEXT, "--json", "--dtype", "float32")
     assert served.exit_code == 0 and "heads: " in served.stderr and "adapter: " in served.stderr, served.output
+
+
+def test_serve_refuses_an_adapter_file_it_cannot_read_before_the_model_loads(tmp_path, monkeypatch):
+    import shutil
+
+    from suite_support import ROOT
+
+    pytest.importorskip("fastapi")
+    project(tmp_path)
+    (tmp_path / "review.adapter.safetensors").write_bytes(b"not an adapter")
+    shutil.copy(ROOT / "workflows" / "sentiment.yaml", tmp_path / "sentiment.yaml")
+    monkeypatch.setattr("decisionflow.cli.serve.load_engine", lambda *_, **__: pytest.fail("the model was loaded"))
+    result = invoke("serve", "--port", "0", "--rubrics", tmp_path)
+    assert result.exit_code == 1, result.output
+    assert "review.adapter.safetensors" in result.stderr and "Traceback" not in result.output
+    quiet = invoke("serve", "--port", "0", "--rubrics", tmp_path, "--adapter", tmp_path / "review.adapter.safetensors",
+                   "--no-adapter")
+    assert quiet.exit_code != 0 and "give --adapter or --no-adapter, not both" in quiet.stderr
