@@ -19,7 +19,7 @@ S=/tmp/tune_banking77; mkdir -p $S $OUT
 .venv/bin/python -m benchmarks.fitting.tune_banking77.select_rows $DATA/train.csv $S/train$N.jsonl --per-intent $N --seed 0
 uptime > $OUT/uptime-before.txt
 $NICE /usr/bin/time -f "%e s wall, %M KB peak" $DF tune workflows/banking77_intent.yaml --data $S/train$N.jsonl \
-  --label intent=label --keep --threads $THREADS --output $S/b77-$N.adapter.safetensors --json > $OUT/tune.json 2> $S/tune$N.err
+  --label intent=label --keep --no-heads --threads $THREADS --output $S/b77-$N.adapter.safetensors --json > $OUT/tune.json 2> $S/tune$N.err
 tail -1 $S/tune$N.err | tee $OUT/time.txt
 uptime >> $OUT/uptime-before.txt
 EVAL="$DF eval workflows/banking77_intent.yaml --data $DATA/dev.csv --label-column label --threads $THREADS"
