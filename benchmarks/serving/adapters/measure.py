@@ -1,0 +1,156 @@
+"""Throughput of a server whose rubrics are read under different adapters, against one whose rubrics are not.
+
+    .venv/bin/python -m benchmarks.serving.adapters.measure --out benchmarks/serving/adapters/results.json
+
+One `decisionflow serve` process on a loopback port serves a folder of three copies of `workflows/sentiment.yaml`:
+`plain_a` and `plain_b` without an adapter, `tuned` with a LoRA adapter beside it (tuned first with `decisionflow
+tune --keep` on 16 rows of `tests/fixtures/sst2_sample.csv`: what it learnt does not matter here, only that its
+route reads the model with an adapter merged). Concurrent clients (keep-alive connections) send
+`/v1/rubrics/NAME/decide` requests of short sentences, in three mixes, interleaved round by round so that they share
+the machine's state:
+
+- `one rubric`: every request to `plain_a` (its requests can share every pass);
+- `two plain rubrics`: requests alternate between `plain_a` and `plain_b` (two routes, no adapter: passes are per
+  rubric already, so this is the fair baseline for the next);
+- `plain and tuned`: requests alternate between `plain_a` and `tuned` (the tuned route's rows run on the adapted
+  engine, in passes of their own).
+
+It reports requests per second and p50/p99 latency per mix, the median over the rounds. Run it on an otherwise
+idle machine: every number is a wall-clock measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from benchmarks.common import write_results
+
+ROOT = Path(__file__).resolve().parents[3]
+PYTHON = sys.executable
+SENTENCES = [
+    "a gorgeous, witty film", "dull and long", "the cast is wonderful", "a mess from start to end",
+    "i laughed all the way through", "not worth the ticket", "a quiet, moving portrait", "the plot makes no sense",
+]
+MIXES = {
+    "one rubric": ("plain_a", "plain_a"),
+    "two plain rubrics": ("plain_a", "plain_b"),
+    "plain and tuned": ("plain_a", "tuned"),
+}
+
+
+def rubric_folder(folder: Path) -> Path:
+    """Three copies of the sentiment workflow, and an adapter beside one of them."""
+    for name in ("plain_a", "plain_b", "tuned"):
+        shutil.copy(ROOT / "workflows" / "sentiment.yaml", folder / f"{name}.yaml")
+    subprocess.run([PYTHON, "-m", "decisionflow.cli", "tune", str(folder / "tuned.yaml"), "--data",
+                    str(ROOT / "tests" / "fixtures" / "sst2_sample.csv"), "--label", "sentiment=label", "--max-rows", "16",
+                    "--keep", "--json"], check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+    return folder
+
+
+def start_server(folder: Path) -> tuple[subprocess.Popen, int]:
+    command = [PYTHON, "-m", "decisionflow.cli", "serve", "--port", "0", "--log-level", "warning", "--rubrics", str(folder)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        match = re.search(r"serving http://127\.0\.0\.1:(\d+)", line)
+        if match:
+            threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe drained
+            return process, int(match.group(1))
+    process.kill()
+    raise SystemExit("the server did not start")
+
+
+def post(connection: http.client.HTTPConnection, route: str, text: str) -> float:
+    began = time.perf_counter()
+    connection.request("POST", f"/v1/rubrics/{route}/decide", body=json.dumps({"text": text}).encode(),
+                       headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    response.read()
+    if response.status != 200:
+        raise RuntimeError(f"{route}: status {response.status}")
+    return time.perf_counter() - began
+
+
+def load(port: int, routes: tuple[str, str], clients: int, per_client: int) -> dict:
+    """Every client sends `per_client` requests; client n's k-th goes to routes[(n + k) % 2]."""
+    latencies: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(clients + 1)
+
+    def client(number: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        mine = []
+        start.wait()
+        try:
+            for k in range(per_client):
+                mine.append(post(connection, routes[(number + k) % 2], SENTENCES[(number * per_client + k) % len(SENTENCES)]))
+        except Exception as error:  # noqa: BLE001 - reported below, with the measurement refused
+            failures.append(f"client {number}: {error}")
+        connection.close()
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - began
+    if failures:
+        raise SystemExit("requests failed, no numbers: " + "; ".join(failures[:3]))
+    latencies.sort()
+    return {"requests": len(latencies), "wall_s": wall, "requests_per_s": len(latencies) / wall,
+            "p50_ms": 1000 * statistics.median(latencies),
+            "p99_ms": 1000 * latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--requests-per-client", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = rubric_folder(Path(scratch))
+        process, port = start_server(folder)
+        try:
+            for routes in MIXES.values():  # warm every route (prefix caches, the adapted engine's first pass)
+                load(port, routes, 2, 2)
+            runs: dict[str, list[dict]] = {mix: [] for mix in MIXES}
+            for _ in range(args.rounds):
+                for mix, routes in MIXES.items():
+                    runs[mix].append(load(port, routes, args.clients, args.requests_per_client))
+        finally:
+            process.terminate()
+            process.wait(60)
+    rows = {mix: {key: statistics.median(run[key] for run in found) for key in ("requests_per_s", "p50_ms", "p99_ms")}
+            for mix, found in runs.items()}
+    print(f"{'mix':<20} {'requests/s':>10} {'p50 ms':>8} {'p99 ms':>8}   ({args.clients} clients, "
+          f"{args.requests_per_client} requests each, median of {args.rounds} rounds)")
+    for mix, row in rows.items():
+        print(f"{mix:<20} {row['requests_per_s']:>10.1f} {row['p50_ms']:>8.0f} {row['p99_ms']:>8.0f}")
+    write_results(args.out, {"clients": args.clients, "requests_per_client": args.requests_per_client,
+                             "rounds": args.rounds, "medians": rows, "runs": runs})
+
+
+if __name__ == "__main__":
+    main()
