@@ -60,7 +60,8 @@ def tune_command(
     alpha: Annotated[float, typer.Option("--alpha", min=0.0, help="The LoRA alpha (the update is scaled by alpha / rank).")] = 16.0,
     targets: Annotated[str, typer.Option("--targets", metavar="q_proj,v_proj",
                                          help="The projections the adapter adapts, by name.")] = "q_proj,v_proj",
-    epochs: Annotated[int, typer.Option("--epochs", min=1, metavar="N", help="Passes over the training rows.")] = 1,
+    epochs: Annotated[int, typer.Option("--epochs", min=1, metavar="N", help="Passes over the training rows; with "
+                                        "several, the adapter after the epoch of lowest held-out loss is kept.")] = 1,
     learning_rate: Annotated[float, typer.Option("--learning-rate", min=0.0, metavar="X", help="AdamW's learning rate.")] = 5e-4,
     batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, metavar="N", help="Rows per optimiser step.")] = 4,
     hold_out: Annotated[float, typer.Option("--hold-out", min=0.0, max=1.0, metavar="SHARE",
@@ -152,6 +153,9 @@ def tune_command(
     out = Console(width=max(Console().width, 120))
     out.print(tune_table(result))
     rate = result.timings_s.get("rows_per_s", 0.0)
+    if result.held_out_losses:
+        losses = ", ".join(f"{loss:.3f}" for loss in result.held_out_losses)
+        say(out, f"epoch {result.best_epoch} of {len(result.held_out_losses)} chosen: the lowest held-out loss ({losses})")
     say(out, f"adapter {'kept' if result.kept else 'not kept'}: {result.why}; trained on {count(result.rows, 'row')} "
              f"({count(result.steps, 'step')}, {rate:.2f} rows/s), judged on {count(result.held_out, 'held-out row')}; {took:.1f} s in all")
     if saved is not None:

@@ -75,6 +75,10 @@ class TuneResult:
     interrupted: bool = False
     losses: list[float] = field(default_factory=list)
     """The mean training loss of each epoch (the last one partial when interrupted)."""
+    held_out_losses: list[float] = field(default_factory=list)
+    """With several epochs: the held-out rows' mean loss after each completed one."""
+    best_epoch: int = 0
+    """The epoch whose adapter is returned: with several, the one of lowest held-out loss (else the last)."""
     warnings: list[str] = field(default_factory=list)
     timings_s: dict[str, float] = field(default_factory=dict)
     heads: Any = None
@@ -85,6 +89,7 @@ class TuneResult:
         return {
             "rubric": self.adapter.metadata.rubric, "kept": self.kept, "why": self.why, "rows": self.rows,
             "held_out": self.held_out, "steps": self.steps, "interrupted": self.interrupted, "losses": self.losses,
+            "held_out_losses": self.held_out_losses, "best_epoch": self.best_epoch,
             "warnings": self.warnings, "timings_s": self.timings_s,
             "fields": {name: info.model_dump() for name, info in self.fields.items()},
             "heads_refitted": None if self.heads is None else list(self.heads.fitted_fields),
@@ -160,6 +165,8 @@ def tune_examples(
     losses: list[float] = []
     interrupted = False
     kept_weights = [p.detach().clone() for p in parameters]  # the adapter after the last completed step
+    held_losses: list[float] = []  # per epoch, where there are several: the held-out rows' mean loss after it
+    best_weights: list[torch.Tensor] | None = None
     try:
         for _ in range(epochs):
             shuffled = list(train)
@@ -184,15 +191,26 @@ def tune_examples(
                 done += len(batch)
                 if progress:
                     progress(done, total)
+            if epochs > 1:
+                held_losses.append(held_out_loss(backend, compiled, plan, held, batch_rows))
+                if held_losses[-1] <= min(held_losses):
+                    best_weights = [p.detach().clone() for p in parameters]
     except KeyboardInterrupt:
         # A step cut short may have updated some weights and not others: the last completed step's are kept.
         interrupted = True
         with torch.no_grad():
             for parameter, weight in zip(parameters, kept_weights):
                 parameter.copy_(weight)
+    best_epoch = epochs
+    if held_losses and not interrupted:
+        # Several epochs: the adapter after the epoch whose held-out loss was lowest (a task may overfit by the next).
+        best_epoch = held_losses.index(min(held_losses)) + 1
+        with torch.no_grad():
+            for parameter, weight in zip(parameters, best_weights or kept_weights):
+                parameter.copy_(weight)
     trained_s = time.perf_counter() - began
     adapter = adapter_of(model, engine, rubric, rank=rank, alpha=alpha, targets=targets, seed=seed, rows=len(train),
-                         held_out=len(held), epochs=epochs, learning_rate=learning_rate)
+                         held_out=len(held), epochs=best_epoch, learning_rate=learning_rate)
     began = time.perf_counter()
     adapted = engine.with_adapter(adapter)
     base_heads = adapted_heads = None
@@ -215,7 +233,7 @@ def tune_examples(
     notes += [f"warning: field {name!r} has no held-out row it was read on, so it is not judged"
               for name, info in infos.items() if not info.rows]
     return TuneResult(adapter, kept, why, infos, rows=len(train), held_out=len(held), steps=steps, interrupted=interrupted,
-                      losses=losses, warnings=notes, heads=adapted_heads,
+                      losses=losses, held_out_losses=held_losses, best_epoch=best_epoch, warnings=notes, heads=adapted_heads,
                       timings_s={"train": trained_s, "judge": time.perf_counter() - began,
                                  "rows_per_s": done / trained_s if trained_s > 0 else 0.0})
 
@@ -348,6 +366,17 @@ def block_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
                                         value.index_select(2, columns), mask, **kwargs)
         outputs.append(out)
     return torch.cat(outputs, dim=1), None
+
+
+def held_out_loss(backend: Any, compiled: Any, plan: Any, held: Sequence[Example], batch_rows: int) -> float:
+    """The training objective on the held-out rows, without gradients: the mean cross-entropy of each gold answer."""
+    total, terms = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(held), batch_rows):
+            for _, _, scores, index in answer_logprobs(backend, compiled, plan, held[start : start + batch_rows]):
+                total -= float(scores[index])
+                terms += 1
+    return total / terms if terms else math.nan
 
 
 def answer_logprobs(backend: Any, compiled: Any, plan: Any, batch: Sequence[Example]) -> list[tuple[int, str, torch.Tensor, int]]:

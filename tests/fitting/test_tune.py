@@ -467,3 +467,28 @@ def test_serve_refuses_an_adapter_file_it_cannot_read_before_the_model_loads(tmp
     quiet = invoke("serve", "--port", "0", "--rubrics", tmp_path, "--adapter", tmp_path / "review.adapter.safetensors",
                    "--no-adapter")
     assert quiet.exit_code != 0 and "give --adapter or --no-adapter, not both" in quiet.stderr
+
+
+def test_several_epochs_keep_the_adapter_of_the_lowest_held_out_loss(engine, review, monkeypatch):
+    """With the held-out loss made to rise after the first epoch, the adapter returned after two epochs is the one
+    one epoch trains (same seed: the same shuffle and steps), and the report says which epoch it is."""
+    import decisionflow.fitting.tuning as tuning
+
+    rows = [(r["text"], {"sentiment": r["sentiment"], "code": r["code"]}) for r in labelled(8)]
+    options = dict(fields=["code"], rank=2, batch_rows=3, learning_rate=0.01, seed=5, significance=1.0)
+    one = tuning.tune_adapter(engine, review, rows, epochs=1, **options)
+    assert one.best_epoch == 1 and one.held_out_losses == []
+    measured, made_up = [], iter([0.5, 0.9])
+    real = tuning.held_out_loss
+
+    def rising(*arguments):
+        measured.append(real(*arguments))
+        return next(made_up)
+
+    monkeypatch.setattr(tuning, "held_out_loss", rising)
+    two = tuning.tune_adapter(engine, review, rows, epochs=2, **options)
+    assert len(measured) == 2 and all(loss > 0 for loss in measured)  # the objective on the held-out rows
+    assert two.held_out_losses == [0.5, 0.9] and two.best_epoch == 1 and two.adapter.metadata.epochs == 1
+    assert two.steps == 2 * one.steps
+    for name, (a, b) in one.adapter.weights.items():
+        assert torch.equal(a, two.adapter.weights[name][0]) and torch.equal(b, two.adapter.weights[name][1]), name
