@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import write_results
+from benchmarks.serving.throughput.measure import timed_clients
 
 ROOT = Path(__file__).resolve().parents[3]
 PYTHON = sys.executable
@@ -88,38 +89,8 @@ def post(connection: http.client.HTTPConnection, route: str, text: str) -> float
 
 def load(port: int, routes: tuple[str, str], clients: int, per_client: int) -> dict:
     """Every client sends `per_client` requests; client n's k-th goes to routes[(n + k) % 2]."""
-    latencies: list[float] = []
-    failures: list[str] = []
-    lock = threading.Lock()
-    start = threading.Barrier(clients + 1)
-
-    def client(number: int) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-        mine = []
-        start.wait()
-        try:
-            for k in range(per_client):
-                mine.append(post(connection, routes[(number + k) % 2], SENTENCES[(number * per_client + k) % len(SENTENCES)]))
-        except Exception as error:  # noqa: BLE001 - reported below, with the measurement refused
-            failures.append(f"client {number}: {error}")
-        connection.close()
-        with lock:
-            latencies.extend(mine)
-
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    began = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - began
-    if failures:
-        raise SystemExit("requests failed, no numbers: " + "; ".join(failures[:3]))
-    latencies.sort()
-    return {"requests": len(latencies), "wall_s": wall, "requests_per_s": len(latencies) / wall,
-            "p50_ms": 1000 * statistics.median(latencies),
-            "p99_ms": 1000 * latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]}
+    return timed_clients(port, clients, per_client, lambda connection, number, k: post(
+        connection, routes[(number + k) % 2], SENTENCES[(number * per_client + k) % len(SENTENCES)]))
 
 
 def main() -> None:

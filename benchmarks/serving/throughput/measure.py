@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -97,6 +98,14 @@ def body_of(index: int) -> bytes:
 
 
 def load(port: int, clients: int, per_client: int) -> dict:
+    return timed_clients(port, clients, per_client,
+                         lambda connection, number, k: post(connection, body_of(number * per_client + k)))
+
+
+def timed_clients(port: int, clients: int, per_client: int,
+                  request: Callable[[http.client.HTTPConnection, int, int], float]) -> dict:
+    """`clients` keep-alive connections started together, each making `per_client` calls `request(connection, client,
+    k)` (each returns its latency in seconds): requests per second and p50/p99 latency."""
     latencies: list[float] = []
     lock = threading.Lock()
     start = threading.Barrier(clients + 1)
@@ -108,8 +117,8 @@ def load(port: int, clients: int, per_client: int) -> dict:
         mine = []
         start.wait()
         try:
-            for request in range(per_client):
-                mine.append(post(connection, body_of(number * per_client + request)))
+            for k in range(per_client):
+                mine.append(request(connection, number, k))
         except Exception as error:  # noqa: BLE001 - reported below, with the measurement refused
             failures.append(f"client {number}: {error}")
         connection.close()
