@@ -24,18 +24,16 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from benchmarks.common import write_results
-from benchmarks.serving.throughput.measure import timed_clients
+from benchmarks.serving.throughput.measure import start_server, timed_clients
 
 ROOT = Path(__file__).resolve().parents[3]
 PYTHON = sys.executable
@@ -58,22 +56,6 @@ def rubric_folder(folder: Path) -> Path:
                     str(ROOT / "tests" / "fixtures" / "sst2_sample.csv"), "--label", "sentiment=label", "--max-rows", "16",
                     "--keep", "--json"], check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
     return folder
-
-
-def start_server(folder: Path) -> tuple[subprocess.Popen, int]:
-    command = [PYTHON, "-m", "decisionflow.cli", "serve", "--port", "0", "--log-level", "warning", "--rubrics", str(folder)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        match = re.search(r"serving http://127\.0\.0\.1:(\d+)", line)
-        if match:
-            threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe drained
-            return process, int(match.group(1))
-    process.kill()
-    raise SystemExit("the server did not start")
 
 
 def post(connection: http.client.HTTPConnection, route: str, text: str) -> float:
@@ -102,7 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         folder = rubric_folder(Path(scratch))
-        process, port = start_server(folder)
+        process, port = start_server(options=("--rubrics", str(folder)))
         try:
             for routes in MIXES.values():  # warm every route (prefix caches, the adapted engine's first pass)
                 load(port, routes, 2, 2)

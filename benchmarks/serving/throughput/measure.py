@@ -63,9 +63,11 @@ SENTENCES = [
 # -- serving ------------------------------------------------------------------------------------------
 
 
-def start_server(batching: bool = True, environment: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
-    """`decisionflow serve` on a free loopback port (`environment` added to this process's): the process and port."""
-    command = [PYTHON, "-m", "decisionflow.cli", "serve", "--port", "0", "--log-level", "warning"]
+def start_server(batching: bool = True, environment: dict[str, str] | None = None,
+                 options: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
+    """`decisionflow serve` on a free loopback port (`environment` added to this process's, `options` added to its
+    command line): the process and port."""
+    command = [PYTHON, "-m", "decisionflow.cli", "serve", "--port", "0", "--log-level", "warning", *options]
     if not batching:
         command.append("--no-batching")
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
