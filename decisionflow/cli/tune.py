@@ -91,7 +91,7 @@ def tune_command(
 ) -> None:
     """Fit a LoRA adapter on labelled rows (each field's gold answer over its answers, read as the engine reads them),
     keep it where it beats the model without it on held-out rows (McNemar p below --significance), and save it beside
-    the rubric (`run`, `eval` and `serve` merge it). Where the rubric has fitted heads, the comparison is between heads
+    the rubric (`run`, `eval`, `calibrate`, `fit` and `serve` merge it). Where the rubric has fitted heads, the comparison is between heads
     fitted on the training rows without and with the adapter, and the adapted heads are saved with the adapter."""
     from ..fitting.tuning import peft_available, tune_examples
     from ..runtime.adapter import adapter_path_for, save_problem

@@ -132,7 +132,7 @@ def tune_examples(
     the adapter whatever the held-out comparison says (it is still made and reported).
 
     `heads`: the fitted heads the rubric is served with (heads fitted without an adapter are refused beside one).
-    Where they answer a tuned field, the comparison is between heads, fitted alike on the training rows: on the
+    Where given, the comparison is between heads, fitted alike on the training rows by `fit`'s own choice: on the
     model without the adapter and on the adapted one (`TuneResult.heads`, saved with the adapter where kept), both
     judged on the held-out rows, so an adapter is kept only where it wins over the heads it replaces."""
     peft_available()
