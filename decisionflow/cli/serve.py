@@ -57,7 +57,7 @@ def serve_command(
     rubrics: Annotated[
         Path | None,
         typer.Option("--rubrics", help="Folder of YAML rubrics served by file stem (default: the shipped workflows); a "
-                     "calibration or heads file beside a rubric is applied to its route.", show_default=False),
+                     "calibration, heads or adapter file beside a rubric is applied to its route.", show_default=False),
     ] = None,
     no_heads: NoHeadsOption = False,
     adapter_path: AdapterOption = None,

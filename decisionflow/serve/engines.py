@@ -48,8 +48,3 @@ class RouteEngines:
 
     def for_entry(self, entry: Registered) -> Engine:
         return self._by_rubric.get(id(entry.rubric), self.engine)
-
-    @property
-    def adapted(self) -> list[Engine]:
-        """The adapted engines, one per distinct adapter."""
-        return list(self._by_adapter.values())
