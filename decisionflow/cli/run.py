@@ -127,9 +127,6 @@ def run(
     if adapter is not None:
         # Answers change under a tuned adapter: say which file does it.
         say(err, f"adapter: {adapter.describe()}")
-        if executor is Executor.ray:
-            say(err, "error: --engine ray does not merge adapters yet; run with --engine plain, or give --no-adapter")
-            raise typer.Exit(2)
     if input_path is not None:
         from ..batch.input_files import read_rows
 
@@ -146,7 +143,8 @@ def run(
             device=None if device == "auto" else device, dtype=None if dtype == "auto" else dtype,
             loader=None if loader == "auto" else loader,
         )
-        _run_on_ray(ctx, err, target, calibration, heads, input_path, output_path, ray_options, text_column, id_column)
+        _run_on_ray(ctx, err, target, calibration, heads, adapter, input_path, output_path, ray_options, text_column,
+                    id_column)
         return
     loading = time.perf_counter()
     # One text: the process ends after one request, so packing the weights would not pay for itself.
@@ -243,14 +241,15 @@ def _usage_problem(
 
 
 def _run_on_ray(
-    ctx: typer.Context, err: Any, target: Any, calibration: Any, heads: Any, input_path: Path, output_path: Path,
-    options: Any, text_column: str | None, id_column: str | None,
+    ctx: typer.Context, err: Any, target: Any, calibration: Any, heads: Any, adapter: Any, input_path: Path,
+    output_path: Path, options: Any, text_column: str | None, id_column: str | None,
 ) -> None:
-    """The same resumable file run, decided by an actor pool on a Ray cluster (the model loads in each actor)."""
+    """The same resumable file run, decided by an actor pool on a Ray cluster (the model loads in each actor, the
+    adapter, if any, merged into it there)."""
     from ..scale import decide_file_on_ray
 
     _decide_file_with_progress(ctx, err, "deciding on ray", lambda progress: decide_file_on_ray(
-        target, input_path, output_path, options, calibration=calibration, heads=heads,
+        target, input_path, output_path, options, calibration=calibration, heads=heads, adapter=adapter,
         text_column=text_column, id_column=id_column, progress=progress,
     ), output_path)
 

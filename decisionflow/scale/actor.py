@@ -8,7 +8,8 @@ one instance per actor.
 A row that cannot be decided comes back with its `error`, never failing the batch. When something
 other than a `DecisionflowError` fails a whole batch (the device out of memory, say), the batch's
 rows are decided one at a time, so only the culprit fails; errors that concern the whole rubric (a
-calibration or heads file that does not fit it) still fail the run, since no row could succeed.
+calibration, heads or adapter file that does not fit it or the model) still fail the run, since no row could
+succeed.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class DecisionActor:
         payload_is_json: bool = False,
         calibration: Any = None,
         heads: Any = None,
+        adapter: Any = None,
         engine: Mapping[str, Any] | None = None,
         threads: int | None = None,
     ) -> None:
@@ -56,7 +58,8 @@ class DecisionActor:
         transformers_logging.disable_progress_bar()  # one bar per actor would flood the driver's log
         # Unset options (None) take the engine's own defaults: device and dtype `auto`.
         engine_arguments = {key: value for key, value in (engine or {}).items() if value is not None or key == "model"}
-        self.engine = Engine.load(threads=threads, **engine_arguments)
+        # The adapter travels as its weights (it is pickled with the actor's arguments), so workers need not see its file.
+        self.engine = Engine.load(threads=threads, adapter=adapter, **engine_arguments)
         self.target = target
         self.calibration = calibration
         self.heads = heads

@@ -17,6 +17,7 @@ import logging
 import sys
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import Unavailable
@@ -89,6 +90,7 @@ def decide_dataset(
     id_column: str = "id",
     calibration: Any = None,
     heads: Any = None,
+    adapter: Any = None,
     payload_is_json: bool = False,
 ) -> Any:
     """Map `dataset` through an actor pool of engines: a Dataset of `id`, `result` (JSON) and `error` columns.
@@ -96,12 +98,18 @@ def decide_dataset(
     `target` is a decorated class, a `Rubric`, or a reference the CLI takes (a YAML path is read here,
     on the driver, so the workers need not see the file). Every row needs an id: they pass through as
     strings, one output row per input row. `payload_is_json`: the text column holds JSON-encoded
-    inputs (strings, objects or conversations), as `decide_file_on_ray` writes them.
+    inputs (strings, objects or conversations), as `decide_file_on_ray` writes them. `adapter`: a tuned
+    LoRA adapter (`runtime.adapter.Adapter`, or the path of its file, read here on the driver) every actor merges
+    into its model, as `Engine.load(adapter=...)` does.
     """
     options = options or RayOptions()
     ray = import_ray()
     connect(options)
     target = resolve_target(target) if isinstance(target, str) else target
+    if isinstance(adapter, (str, Path)):
+        from ..runtime.adapter import Adapter
+
+        adapter = Adapter.load(adapter)
     _pickle_class_by_value(ray, target)
     gpus = options.gpus_per_actor
     if gpus is None:
@@ -120,7 +128,7 @@ def decide_dataset(
             fn_constructor_args=(target,),
             fn_constructor_kwargs={
                 "text_column": text_column, "id_column": id_column, "payload_is_json": payload_is_json,
-                "calibration": calibration, "heads": heads, "engine": engine, "threads": max(1, int(options.cpus_per_actor)),
+                "calibration": calibration, "heads": heads, "adapter": adapter, "engine": engine, "threads": max(1, int(options.cpus_per_actor)),
             },
             compute=ray.data.ActorPoolStrategy(size=options.num_actors),
             batch_size=options.batch_size,

@@ -30,6 +30,7 @@ def decide_file_on_ray(
     *,
     calibration: Any = None,
     heads: Any = None,
+    adapter: Any = None,
     text_column: str | None = None,
     id_column: str | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -51,7 +52,7 @@ def decide_file_on_ray(
                 dataset = ray.data.from_items(items)
                 results = decide_dataset(
                     dataset, target, options, text_column="payload", id_column=ID_OUT,
-                    calibration=calibration, heads=heads, payload_is_json=True,
+                    calibration=calibration, heads=heads, adapter=adapter, payload_is_json=True,
                 )
                 try:
                     for batch in results.iter_batches(batch_size=None, batch_format="numpy"):
