@@ -66,6 +66,10 @@ def tune_command(
     batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, metavar="N", help="Rows per optimiser step.")] = 4,
     hold_out: Annotated[float, typer.Option("--hold-out", min=0.0, max=1.0, metavar="SHARE",
                                             help="The share of rows held out (stratified) to judge the adapter on.")] = 0.25,
+    folds: Annotated[int, typer.Option("--folds", min=1, metavar="K", help="1: judge on one held-out share "
+                                       "(--hold-out). K >= 2: train K adapters, each on all folds but one and read on that "
+                                       "one, pool every row's comparison, and where kept train once more on every row "
+                                       "(K + 1 training runs).")] = 1,
     significance: Annotated[
         float, typer.Option("--significance", min=0.0, max=1.0, metavar="P",
                             help="Keep the adapter only where some field is right on more held-out rows with it, McNemar's "
@@ -136,10 +140,11 @@ def tune_command(
         result = guarded(ctx, err, lambda: tune_examples(
             engine, target, examples, fields=chosen, rank=rank, alpha=alpha, targets=chosen_targets,
             learning_rate=learning_rate, epochs=epochs, batch_rows=batch_rows, seed=seed, hold_out=hold_out,
-            significance=significance, progress=progress, keep=keep, heads=heads))
+            significance=significance, progress=progress, keep=keep, heads=heads, folds=folds))
     took = time.perf_counter() - began
     if result.interrupted:
-        say(err, f"interrupted: the adapter after {count(result.steps, 'step')} is judged")
+        say(err, f"interrupted after {count(result.steps, 'step')}: the adapter after the last one is "
+                 f"{'judged' if result.folds == 1 else 'returned, judged by the folds read so far'}")
     for line in result.warnings:
         say(err, line)
     saved = guarded(ctx, err, lambda: result.adapter.save(output)) if result.kept else None
@@ -156,8 +161,12 @@ def tune_command(
     if result.held_out_losses:
         losses = ", ".join(f"{loss:.3f}" for loss in result.held_out_losses)
         say(out, f"epoch {result.best_epoch} of {len(result.held_out_losses)} chosen: the lowest held-out loss ({losses})")
+    if result.fold_fields:
+        out.print(folds_table(result))
+    judged = (count(result.held_out, 'held-out row') if result.folds == 1
+              else f"{count(result.held_out, 'row')} in {count(len(result.fold_fields), 'fold')}")
     say(out, f"adapter {'kept' if result.kept else 'not kept'}: {result.why}; trained on {count(result.rows, 'row')} "
-             f"({count(result.steps, 'step')}, {rate:.2f} rows/s), judged on {count(result.held_out, 'held-out row')}; {took:.1f} s in all")
+             f"({count(result.steps, 'step')}, {rate:.2f} rows/s), judged on {judged}; {took:.1f} s in all")
     if saved is not None:
         say(out, f"saved {saved} ({size / 1024:.0f} KiB)")
         if saved_heads is not None:
@@ -178,15 +187,30 @@ def heads_beside(adapter_path: Path) -> Path:
 
 
 def tune_table(result: Any) -> Table:
-    table = Table(title="accuracy on the held-out rows", title_justify="left")
+    pooled = "" if result.folds == 1 else f", pooled over {result.folds} folds"
+    table = Table(title=f"accuracy on the held-out rows{pooled}", title_justify="left")
     for column in ("field", "rows", "without adapter", "with adapter", "McNemar p"):
         table.add_column(column, justify="left" if column == "field" else "right")
     for name, info in result.fields.items():
-        def figure(value: float | None) -> str:
-            return "-" if value is None else f"{value:.3f}"
-        table.add_row(name, str(info.rows), figure(info.accuracy_base), figure(info.accuracy_adapted),
+        table.add_row(name, str(info.rows), _figure(info.accuracy_base), _figure(info.accuracy_adapted),
                       "-" if info.p_value is None else f"{info.p_value:.3g}")
     return table
+
+
+def folds_table(result: Any) -> Table:
+    """Each fold's own comparison and the epoch its held-out loss chose, beside the pooled one above."""
+    table = Table(title="each fold: its rows without and with its adapter", title_justify="left")
+    for column in ("fold", "field", "rows", "without adapter", "with adapter", "McNemar p", "epoch"):
+        table.add_column(column, justify="left" if column == "field" else "right")
+    for number, (fold, epoch) in enumerate(zip(result.fold_fields, result.fold_epochs), start=1):
+        for name, info in fold.items():
+            table.add_row(str(number), name, str(info.rows), _figure(info.accuracy_base), _figure(info.accuracy_adapted),
+                          "-" if info.p_value is None else f"{info.p_value:.3g}", str(epoch))
+    return table
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _fields(rubric: Any, text: str | None) -> list[str] | None:

@@ -20,7 +20,9 @@ hypotheses (`marginalize`) are not trained on (their reads mix hypotheses).
 Whether the adapter is kept is decided on rows it was not trained on: a stratified part of the rows is
 held out, both engines (without and with the adapter merged, as served) read them with their gold parents
 written, and per field McNemar's exact test compares who is right. The adapter is kept when some field is
-right on more held-out rows with p below `significance` and no field is right on significantly fewer.
+right on more held-out rows with p below `significance` and no field is right on significantly fewer. With
+`folds` K of 2 or more every row is judged instead: K adapters, each trained on all folds but one, read their
+own fold, the pairs are pooled, and a kept adapter is trained once more on every row (`fold_splits`).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ import math
 import random
 import time
 import warnings
-from collections import defaultdict
-from dataclasses import dataclass, field
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
@@ -57,6 +59,7 @@ LEARNING_RATE = 5e-4
 EPOCHS = 1
 BATCH_ROWS = 4
 HOLD_OUT = 0.25
+FOLDS = 1
 SIGNIFICANCE = 0.05
 INSTALL_HINT = "decisionflow tune needs peft: pip install 'decisionflow[tune]' (or pip install 'peft>=0.21')"
 
@@ -83,7 +86,13 @@ class TuneResult:
     timings_s: dict[str, float] = field(default_factory=dict)
     heads: Any = None
     """Where the rubric is served with fitted heads (`tune_examples(heads=...)`): heads refitted on the adapted
-    model from the training rows, the ones judged with the adapter (saved with it, where `kept`); else None."""
+    model from the training rows, the ones judged with the adapter (saved with it, where `kept`); else None.
+    With folds, where the adapter is kept: heads fitted on every row with the adapter trained on every row."""
+    folds: int = 1
+    fold_fields: list[dict[str, AdapterFieldInfo]] = field(default_factory=list)
+    """With several folds: each fold's own comparison (its rows read without and with its adapter)."""
+    fold_epochs: list[int] = field(default_factory=list)
+    """With several folds: the epoch each fold's held-out loss chose (its last epoch with one)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +102,8 @@ class TuneResult:
             "warnings": self.warnings, "timings_s": self.timings_s,
             "fields": {name: info.model_dump() for name, info in self.fields.items()},
             "heads_refitted": None if self.heads is None else list(self.heads.fitted_fields),
+            "folds": self.folds, "fold_epochs": self.fold_epochs,
+            "fold_fields": [{name: info.model_dump() for name, info in fold.items()} for fold in self.fold_fields],
         }
 
 
@@ -109,17 +120,43 @@ def tune_adapter(
     alpha: float = 16.0, targets: Sequence[str] = DEFAULT_TARGETS, learning_rate: float = LEARNING_RATE,
     epochs: int = EPOCHS, batch_rows: int = BATCH_ROWS, seed: int = 0, hold_out: float = HOLD_OUT,
     significance: float = SIGNIFICANCE, progress: Progress | None = None, unknown_labels: str = "error",
-    keep: bool = False, heads: Any = None,
+    keep: bool = False, heads: Any = None, folds: int = FOLDS,
 ) -> TuneResult:
     """Tune a LoRA adapter on `rows` (see `examples_of`); see the module. `fields`: the labelled fields to train
-    and judge on (default: every labelled one). `progress(done, total)` counts training rows over the epochs.
-    Ctrl-C stops training; the adapter after the last completed step is judged and returned (`interrupted`).
-    `heads`: the fitted heads the rubric is served with, if any (see `tune_examples`)."""
+    and judge on (default: every labelled one). `progress(done, total)` counts training rows over the epochs (and
+    the folds). Ctrl-C stops training; the adapter after the last completed step is judged and returned
+    (`interrupted`). `heads`: the fitted heads the rubric is served with, if any (see `tune_examples`)."""
     rubric = rubric_of(target)
     examples, _ = examples_of(rubric, rows, unknown_labels=unknown_labels)
     return tune_examples(engine, rubric, examples, fields=fields, rank=rank, alpha=alpha, targets=targets,
                          learning_rate=learning_rate, epochs=epochs, batch_rows=batch_rows, seed=seed, hold_out=hold_out,
-                         significance=significance, progress=progress, keep=keep, heads=heads)
+                         significance=significance, progress=progress, keep=keep, heads=heads, folds=folds)
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    rank: int
+    alpha: float
+    targets: tuple[str, ...]
+    learning_rate: float
+    epochs: int
+    batch_rows: int
+    seed: int
+
+
+@dataclass
+class Training:
+    """One training run: the adapter it left and how it went."""
+
+    adapter: Adapter
+    steps: int
+    done: int
+    """Training rows read, over the epochs."""
+    losses: list[float]
+    held_out_losses: list[float]
+    best_epoch: int
+    interrupted: bool
+    seconds: float
 
 
 def tune_examples(
@@ -127,6 +164,7 @@ def tune_examples(
     alpha: float = 16.0, targets: Sequence[str] = DEFAULT_TARGETS, learning_rate: float = LEARNING_RATE,
     epochs: int = EPOCHS, batch_rows: int = BATCH_ROWS, seed: int = 0, hold_out: float = HOLD_OUT,
     significance: float = SIGNIFICANCE, progress: Progress | None = None, keep: bool = False, heads: Any = None,
+    folds: int = FOLDS,
 ) -> TuneResult:
     """`tune_adapter` on rows `examples_of` has already checked (the command line checks its file first). `keep`: keep
     the adapter whatever the held-out comparison says (it is still made and reported).
@@ -134,14 +172,22 @@ def tune_examples(
     `heads`: the fitted heads the rubric is served with (heads fitted without an adapter are refused beside one).
     Where given, the comparison is between heads, fitted alike on the training rows by `fit`'s own choice: on the
     model without the adapter and on the adapted one (`TuneResult.heads`, saved with the adapter where kept), both
-    judged on the held-out rows, so an adapter is kept only where it wins over the heads it replaces."""
+    judged on the held-out rows, so an adapter is kept only where it wins over the heads it replaces.
+
+    `folds`: 1 judges on one stratified held-out share (`hold_out`) and returns the adapter trained on the rest. With
+    K of 2 or more, the rows are cut into K stratified folds; an adapter is trained on all folds but one and read on
+    that one, K times, and the comparison pools every row's two readings (each row judged by an adapter that never
+    saw it). Where the adapter is kept, it is trained once more on every row (with several epochs, for the epoch
+    count the folds chose most often), and heads are refitted on every row: K + 1 training runs in all."""
     peft_available()
     rubric = rubric_of(target)
     if getattr(engine, "adapter", None) is not None:
         raise ModelError("tune on an engine without an adapter (this one serves one already)")
     if rank < 1 or epochs < 1 or batch_rows < 1 or not learning_rate > 0:
         raise DataError("rank, epochs and the rows per step must be at least 1, the learning rate above 0")
-    if not 0 < hold_out < 1:
+    if folds < 1:
+        raise DataError(f"the folds must be at least 1, got {folds}")
+    if folds == 1 and not 0 < hold_out < 1:
         raise DataError(f"the held-out share must be between 0 and 1, got {hold_out}")
     chosen = list(fields) if fields else [name for name in rubric.fields if any(name in e.labels for e in examples)]
     for name in chosen:
@@ -151,17 +197,96 @@ def tune_examples(
     examples = [e for e in examples if e.labels]
     if not examples:
         raise DataError(f"no row labels any of the fields {', '.join(chosen)}")
-    train, held = split_held_out(examples, hold_out, seed)
-    if not train or not held:
-        raise DataError(f"{len(examples)} labelled rows are too few to train on some and hold out others")
+    splits = [split_held_out(examples, hold_out, seed)] if folds == 1 else fold_splits(examples, folds, seed)
+    if any(not train or not held for train, held in splits):
+        what = "hold out others" if folds == 1 else f"cut into {folds} folds"
+        raise DataError(f"{len(examples)} labelled rows are too few to train on some and {what}")
+    settings = TrainSettings(rank, alpha, tuple(targets), learning_rate, epochs, batch_rows, seed)
+    # Progress counts every training row to read: each fold's, then (with folds) every row once more.
+    total = sum(len(train) for train, _ in splits) * epochs + (len(examples) * epochs if folds > 1 else 0)
+    before: dict[str, list[bool | None]] = {name: [] for name in chosen}
+    after: dict[str, list[bool | None]] = {name: [] for name in chosen}
+    fold_infos: list[dict[str, AdapterFieldInfo]] = []
+    runs: list[Training] = []
+    notes: list[str] = []
+    judging = 0.0
+    adapted_heads = None
+    for train, held in splits:
+        run = train_adapter(engine, rubric, train, held, settings, progress, offset=sum(r.done for r in runs), total=total)
+        runs.append(run)
+        began = time.perf_counter()
+        adapted = engine.with_adapter(run.adapter)
+        base_heads = None
+        if heads is not None:
+            base_heads, adapted_heads = refitted_heads(engine, adapted, rubric, train, heads, seed)
+        right_before = held_out_right(engine, rubric, held, chosen, base_heads)
+        right_after = held_out_right(adapted, rubric, held, chosen, adapted_heads)
+        fold_infos.append(verdict(right_before, right_after, chosen, significance)[0])
+        for name in chosen:
+            before[name] += right_before[name]
+            after[name] += right_after[name]
+        judging += time.perf_counter() - began
+        if run.interrupted:
+            break
+    if heads is not None:
+        untuned = [name for name in heads.fitted_fields if name not in chosen]
+        if untuned:
+            notes.append(f"warning: the heads of {', '.join(untuned)} read the model without the adapter and these rows "
+                         "do not label them: fit them again on the adapted model (decisionflow fit)")
+    infos, kept, why = verdict(before, after, chosen, significance)
+    if heads is not None:
+        why += "; both with heads fitted on the training rows"
+    if folds > 1:
+        why += f" ({folds} folds pooled)" if len(runs) == folds else f" ({len(runs)} of {folds} folds, interrupted)"
+    if sum(run.steps for run in runs) == 0:
+        kept, why = False, "no training step was taken"
+    elif keep and not kept:
+        kept, why = True, f"kept as asked, though {why[0].lower()}{why[1:]}"
+    final = runs[-1]
+    trained_rows, held_rows = len(splits[len(runs) - 1][0]), sum(len(held) for _, held in splits[:len(runs)])
+    if folds > 1 and kept and not final.interrupted:
+        # Every row judged, the adapter that is served learns from every row, for the epochs the folds chose.
+        chosen_epochs = most_common_epoch([run.best_epoch for run in runs])
+        final = train_adapter(engine, rubric, examples, [], replace(settings, epochs=chosen_epochs), progress,
+                              offset=sum(r.done for r in runs), total=total)
+        runs.append(final)
+        trained_rows = len(examples)
+        if heads is not None:  # the served heads read the served adapter, even one cut short
+            began = time.perf_counter()
+            adapted_heads = refitted_heads(engine, engine.with_adapter(final.adapter), rubric, examples, heads, seed,
+                                           with_base=False)[1]
+            judging += time.perf_counter() - began
+    adapter = final.adapter
+    adapter.metadata = adapter.metadata.model_copy(update={
+        "rows": trained_rows, "held_out": held_rows, "folds": folds, "fields": infos, "kept": kept, "why": why,
+    })
+    notes += [f"warning: field {name!r} has no held-out row it was read on, so it is not judged"
+              for name, info in infos.items() if not info.rows]
+    trained_s = sum(run.seconds for run in runs)
+    done = sum(run.done for run in runs)
+    return TuneResult(adapter, kept, why, infos, rows=trained_rows, held_out=held_rows, steps=sum(run.steps for run in runs),
+                      interrupted=any(run.interrupted for run in runs), losses=final.losses,
+                      held_out_losses=runs[len(fold_infos) - 1].held_out_losses if folds == 1 else [],
+                      best_epoch=final.best_epoch, warnings=notes, heads=adapted_heads, folds=folds,
+                      fold_fields=fold_infos if folds > 1 else [],
+                      fold_epochs=[run.best_epoch for run in runs[:len(fold_infos)]] if folds > 1 else [],
+                      timings_s={"train": trained_s, "judge": judging,
+                                 "rows_per_s": done / trained_s if trained_s > 0 else 0.0})
+
+
+def train_adapter(engine: Any, rubric: Any, train: Sequence[Example], held: Sequence[Example], settings: TrainSettings,
+                  progress: Progress | None, *, offset: int = 0, total: int = 0) -> Training:
+    """One training run on `train` from a fresh adapter (seeded). With several epochs and `held` rows, the adapter
+    after the epoch of lowest held-out loss is returned; Ctrl-C returns the one after the last completed step."""
     began = time.perf_counter()
-    model = training_model(engine, rank=rank, alpha=alpha, targets=targets, seed=seed)
+    model = training_model(engine, rank=settings.rank, alpha=settings.alpha, targets=settings.targets, seed=settings.seed)
     compiled, plan = engine.compile(rubric)
     backend = TrainingBackend(model.get_base_model())
     parameters = [p for p in model.parameters() if p.requires_grad]
-    optimiser = torch.optim.AdamW(parameters, lr=learning_rate, weight_decay=0.0)
-    order = random.Random(seed)
-    total, done, steps = len(train) * epochs, 0, 0
+    optimiser = torch.optim.AdamW(parameters, lr=settings.learning_rate, weight_decay=0.0)
+    order = random.Random(settings.seed)
+    epochs, batch_rows = settings.epochs, settings.batch_rows
+    done, steps = 0, 0
     losses: list[float] = []
     interrupted = False
     kept_weights = [p.detach().clone() for p in parameters]  # the adapter after the last completed step
@@ -190,8 +315,8 @@ def tune_examples(
                     losses[-1] = epoch_loss / epoch_terms
                 done += len(batch)
                 if progress:
-                    progress(done, total)
-            if epochs > 1:
+                    progress(offset + done, total or len(train) * epochs)
+            if epochs > 1 and held:
                 held_losses.append(held_out_loss(backend, compiled, plan, held, batch_rows))
                 if held_losses[-1] <= min(held_losses):
                     best_weights = [p.detach().clone() for p in parameters]
@@ -208,43 +333,52 @@ def tune_examples(
         with torch.no_grad():
             for parameter, weight in zip(parameters, best_weights or kept_weights):
                 parameter.copy_(weight)
-    trained_s = time.perf_counter() - began
-    adapter = adapter_of(model, engine, rubric, rank=rank, alpha=alpha, targets=targets, seed=seed, rows=len(train),
-                         held_out=len(held), epochs=best_epoch, learning_rate=learning_rate)
-    began = time.perf_counter()
-    adapted = engine.with_adapter(adapter)
-    base_heads = adapted_heads = None
-    notes: list[str] = []
-    if heads is not None:
-        base_heads, adapted_heads = refitted_heads(engine, adapted, rubric, train, heads, seed)
-        untuned = [name for name in heads.fitted_fields if name not in chosen]
-        if untuned:
-            notes.append(f"warning: the heads of {', '.join(untuned)} read the model without the adapter and these rows "
-                         "do not label them: fit them again on the adapted model (decisionflow fit)")
-    infos, kept, why = judge(engine, adapted, rubric, held, chosen, significance, base_heads=base_heads,
-                             adapted_heads=adapted_heads)
-    if adapted_heads is not None:
-        why += "; both with heads fitted on the training rows"
-    if steps == 0:
-        kept, why = False, "no training step was taken"
-    elif keep and not kept:
-        kept, why = True, f"kept as asked, though {why[0].lower()}{why[1:]}"
-    adapter.metadata = adapter.metadata.model_copy(update={"fields": infos, "kept": kept, "why": why})
-    notes += [f"warning: field {name!r} has no held-out row it was read on, so it is not judged"
-              for name, info in infos.items() if not info.rows]
-    return TuneResult(adapter, kept, why, infos, rows=len(train), held_out=len(held), steps=steps, interrupted=interrupted,
-                      losses=losses, held_out_losses=held_losses, best_epoch=best_epoch, warnings=notes, heads=adapted_heads,
-                      timings_s={"train": trained_s, "judge": time.perf_counter() - began,
-                                 "rows_per_s": done / trained_s if trained_s > 0 else 0.0})
+    adapter = adapter_of(model, engine, rubric, rank=settings.rank, alpha=settings.alpha, targets=settings.targets,
+                         seed=settings.seed, rows=len(train), held_out=len(held), epochs=best_epoch,
+                         learning_rate=settings.learning_rate)
+    return Training(adapter, steps, done, losses, held_losses, best_epoch, interrupted, time.perf_counter() - began)
 
 
-def refitted_heads(base: Any, adapted: Any, rubric: Any, train: Sequence[Example], served: Any, seed: int) -> tuple[Any, Any]:
+def most_common_epoch(epochs: Sequence[int]) -> int:
+    """The epoch count the folds chose most often (ties: the fewer epochs)."""
+    counts = Counter(epochs)
+    return min(counts, key=lambda epoch: (-counts[epoch], epoch))
+
+
+def fold_splits(examples: Sequence[Example], folds: int, seed: int) -> list[tuple[list[Example], list[Example]]]:
+    """K stratified folds as (train, held) pairs: every group of rows labelled alike is shuffled (seeded) and dealt
+    round the folds, each group starting where the last one stopped, so folds differ in size by one row at most."""
+    groups: dict[tuple[tuple[str, str], ...], list[Example]] = defaultdict(list)
+    for example in examples:
+        groups[tuple(sorted(example.labels.items()))].append(example)
+    shuffle = random.Random(seed)
+    dealt: list[list[Example]] = [[] for _ in range(folds)]
+    turn = 0
+    for key in sorted(groups):
+        group = list(groups[key])
+        shuffle.shuffle(group)
+        for example in group:
+            dealt[turn % folds].append(example)
+            turn += 1
+    order = {e.index: i for i, e in enumerate(examples)}
+    splits = []
+    for fold in range(folds):
+        held = sorted(dealt[fold], key=lambda e: order[e.index])
+        train = sorted((e for other in range(folds) if other != fold for e in dealt[other]), key=lambda e: order[e.index])
+        splits.append((train, held))
+    return splits
+
+
+def refitted_heads(base: Any, adapted: Any, rubric: Any, train: Sequence[Example], served: Any, seed: int, *,
+                   with_base: bool = True) -> tuple[Any, Any]:
     """Heads fitted on the training rows, on the model without the adapter and on the adapted one, reading the
-    layers the served heads read (the default ones where those read none): the pair the held-out rows judge."""
+    layers the served heads read (the default ones where those read none): the pair the held-out rows judge.
+    `with_base=False`: the adapted model's only (None in the base model's place)."""
     from .head_fit import fit_examples
 
     options = {"layers": tuple(served.layers) or None, "seed": seed}
-    return (fit_examples(base, rubric, train, **options).heads, fit_examples(adapted, rubric, train, **options).heads)
+    return (fit_examples(base, rubric, train, **options).heads if with_base else None,
+            fit_examples(adapted, rubric, train, **options).heads)
 
 
 def split_held_out(examples: Sequence[Example], share: float, seed: int) -> tuple[list[Example], list[Example]]:
@@ -514,12 +648,10 @@ def held_out_right(engine: Any, rubric: Any, examples: Sequence[Example], fields
     return right
 
 
-def judge(base: Any, adapted: Any, rubric: Any, held: Sequence[Example], fields: Sequence[str],
-          significance: float, *, base_heads: Any = None,
-          adapted_heads: Any = None) -> tuple[dict[str, AdapterFieldInfo], bool, str]:
-    """Per field, held-out accuracy without and with the adapter and McNemar's p; whether to keep it, and why."""
-    before = held_out_right(base, rubric, held, fields, base_heads)
-    after = held_out_right(adapted, rubric, held, fields, adapted_heads)
+def verdict(before: dict[str, list[bool | None]], after: dict[str, list[bool | None]], fields: Sequence[str],
+            significance: float) -> tuple[dict[str, AdapterFieldInfo], bool, str]:
+    """The paired comparison of rows read without (`before`) and with (`after`) the adapter: per field, accuracy
+    and McNemar's p over the rows read both ways; kept where some field wins significantly and none loses."""
     infos: dict[str, AdapterFieldInfo] = {}
     wins, losses = [], []
     for name in fields:

@@ -73,6 +73,8 @@ class AdapterMetadata(BaseModel):
     rows: int = 0
     """Labelled rows the adapter was trained on (the held-out rows excluded)."""
     held_out: int = 0
+    """Rows the adapter was judged on (with folds, every row: each read by an adapter trained without it)."""
+    folds: int = 1
     epochs: int = 0
     learning_rate: float = 0.0
     kept: bool = True

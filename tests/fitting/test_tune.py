@@ -492,3 +492,56 @@ def test_several_epochs_keep_the_adapter_of_the_lowest_held_out_loss(engine, rev
     assert two.steps == 2 * one.steps
     for name, (a, b) in one.adapter.weights.items():
         assert torch.equal(a, two.adapter.weights[name][0]) and torch.equal(b, two.adapter.weights[name][1]), name
+
+
+def test_folds_deal_every_row_to_one_fold_keeping_each_label_spread():
+    from decisionflow.fitting.examples import Example
+    from decisionflow.fitting.tuning import fold_splits
+
+    examples = [Example(i, f"row {i}", {"sentiment": "positive" if i % 3 else "negative"}) for i in range(14)]
+    splits = fold_splits(examples, 3, seed=4)
+    held = [[e.index for e in fold] for _, fold in splits]
+    assert sorted(i for fold in held for i in fold) == list(range(14))  # each row held out exactly once
+    for (train, fold), indices in zip(splits, held):
+        assert {e.index for e in train} == set(range(14)) - set(indices)
+        labels = [e.labels["sentiment"] for e in fold]
+        assert labels.count("negative") in (1, 2) and labels.count("positive") in (3, 4)
+    assert sorted(len(fold) for fold in held) == [4, 5, 5]
+    assert fold_splits(examples, 3, seed=4) == splits and fold_splits(examples, 3, seed=5) != splits
+
+
+def test_folds_judge_every_row_once_and_train_the_kept_adapter_on_every_row(engine, review):
+    """With three folds every row is read by an adapter that never saw it, the pooled comparison is the sum of the
+    folds', and the adapter returned is the one a run on every row trains (same seed, bit for bit)."""
+    import decisionflow.fitting.tuning as tuning
+    from decisionflow.fitting.examples import examples_of
+
+    rows = [(r["text"], {"sentiment": r["sentiment"], "code": r["code"]}) for r in labelled(12)]
+    seen: list[tuple[int, int]] = []
+    result = tuning.tune_adapter(engine, review, rows, fields=["code"], rank=2, batch_rows=4, learning_rate=0.01, seed=2,
+                                 significance=1.0, keep=True, folds=3, progress=lambda done, total: seen.append((done, total)))
+    assert result.folds == 3 and len(result.fold_fields) == 3 and result.fold_epochs == [1, 1, 1]
+    assert [fold["code"].rows for fold in result.fold_fields] == [4, 4, 4]
+    pooled = result.fields["code"]
+    assert pooled.rows == 12 == result.held_out and result.rows == 12
+    right = sum(fold["code"].accuracy_adapted * fold["code"].rows for fold in result.fold_fields)
+    assert pooled.accuracy_adapted == pytest.approx(right / 12)
+    assert result.steps == 3 * 2 + 3  # three folds of 8 training rows, then all 12, four rows a step
+    assert seen[-1] == (3 * 8 + 12, 3 * 8 + 12) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert "3 folds pooled" in result.why and result.adapter.metadata.folds == 3 and result.adapter.metadata.rows == 12
+    examples, _ = examples_of(review, [(text, {"code": labels["code"]}) for text, labels in rows])
+    settings = tuning.TrainSettings(rank=2, alpha=16.0, targets=tuning.DEFAULT_TARGETS, learning_rate=0.01, epochs=1,
+                                    batch_rows=4, seed=2)
+    alone = tuning.train_adapter(engine, review, examples, [], settings, None).adapter
+    for name, (a, b) in alone.weights.items():
+        assert torch.equal(a, result.adapter.weights[name][0]) and torch.equal(b, result.adapter.weights[name][1]), name
+
+
+def test_tune_with_folds_prints_each_fold_and_the_pooled_verdict(tmp_path):
+    rubric, data = project(tmp_path, count=8)
+    result = invoke("tune", rubric, "--data", data, "--fields", "code", "--rank", "2", "--batch-rows", "6",
+                    "--learning-rate", "0.01", "--folds", "2", "--significance", "1", "--dtype", "float32")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "pooled over 2 folds" in text and "each fold: its rows without and with its adapter" in text
+    assert "judged on 8 rows in 2 folds" in text, text
