@@ -150,6 +150,7 @@ def create_app(engine: Engine, registry: RubricRegistry | None = None, settings:
             # New question sets never push a served rubric out of the cache.
             engines.for_entry(entry).prepared.pin(entry.rubric)
         metrics.watch_prepared(prepared)
+        metrics.watch_adapted(engines.adapted_caches())
     limits = settings.limits
     model_name = settings.served_model_name or public_model_name(str(engine.loaded.name))
     # Each route reads its body with its format's reader, on the helper threads: JSON first, then the format's checks.

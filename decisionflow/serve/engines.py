@@ -28,6 +28,7 @@ class RouteEngines:
     def __init__(self, engine: Engine, registry: RubricRegistry) -> None:
         self.engine = engine
         self._by_adapter: dict[str, Engine] = {}
+        self._names: dict[str, str] = {}  # adapter fingerprint -> the name /metrics gives it
         self._by_rubric: dict[int, Engine] = {}
         self._served: list[Any] = []  # the rubric objects whose identity keys `_by_rubric`, kept alive with it
         for entry in registry.entries.values():
@@ -39,6 +40,8 @@ class RouteEngines:
                     self._by_adapter[fingerprint] = engine.with_adapter(entry.adapter)
                 except ModelError as error:
                     raise ModelError(f"rubric {entry.name!r}: {error}") from None
+                path = entry.adapter.path
+                self._names[fingerprint] = path.name if path is not None else fingerprint[:12]
             self._by_rubric[id(entry.rubric)] = self._by_adapter[fingerprint]
             self._served.append(entry.rubric)
 
@@ -48,3 +51,8 @@ class RouteEngines:
 
     def for_entry(self, entry: Registered) -> Engine:
         return self._by_rubric.get(id(entry.rubric), self.engine)
+
+    def adapted_caches(self) -> dict[str, Any]:
+        """Each adapted engine's prepared-rubric cache, by its adapter's file name (the fingerprint's start for an
+        adapter given without a file): what `/metrics` reports beside the server engine's own cache."""
+        return {self._names[fingerprint]: engine.prepared for fingerprint, engine in self._by_adapter.items()}

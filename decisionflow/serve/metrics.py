@@ -7,7 +7,7 @@ platform collector (`python_info`) and its garbage-collector collector (`python_
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import (
@@ -96,6 +96,12 @@ class Metrics:
         """Report the engine's prepared-rubric cache (`runtime.prepared.PreparedRubrics`) at every scrape."""
         self.registry.register(_PreparedCollector(prepared))
 
+    def watch_adapted(self, caches: Mapping[str, Any]) -> None:
+        """Report each adapted engine's prepared-rubric cache (`serve.engines.RouteEngines.adapted_caches`), labelled
+        by its adapter, in families of their own: the server engine's series keep their names and labels."""
+        if caches:
+            self.registry.register(_AdaptedCollector(dict(caches)))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -120,3 +126,30 @@ class _PreparedCollector(Collector):
                                 value=self.prepared.prefix_bytes)
         yield GaugeMetricFamily("decisionflow_prepared_head_bytes", "Deprecated: decisionflow_prepared_prefix_bytes "
                                 "under its earlier name.", value=self.prepared.prefix_bytes)
+
+
+class _AdaptedCollector(Collector):
+    """The adapted engines' prepared-rubric caches, one series per adapter, read when scraped."""
+
+    def __init__(self, caches: dict[str, Any]) -> None:
+        self.caches = caches
+
+    def collect(self) -> Iterator[Any]:
+        events = CounterMetricFamily(
+            "decisionflow_adapted_prepared_rubric_events", "Each adapted engine's prepared-rubric cache (a served "
+            "rubric's tuned adapter): hits, rubrics prepared, prefixes prefilled or loaded, evictions.",
+            labels=["adapter", "event"],
+        )
+        rubrics = GaugeMetricFamily("decisionflow_adapted_prepared_rubrics", "Rubrics each adapted engine holds prepared.",
+                                    labels=["adapter"])
+        prefix_bytes = GaugeMetricFamily("decisionflow_adapted_prepared_prefix_bytes", "Bytes of the prefix KV caches "
+                                         "each adapted engine holds.", labels=["adapter"])
+        for name, prepared in self.caches.items():
+            counts = prepared.counts
+            for event in ("hits", "prepared", "prefixes_prefilled", "prefixes_loaded", "evicted"):
+                events.add_metric([name, event], getattr(counts, event))
+            rubrics.add_metric([name], len(prepared))
+            prefix_bytes.add_metric([name], prepared.prefix_bytes)
+        yield events
+        yield rubrics
+        yield prefix_bytes

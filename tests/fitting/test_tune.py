@@ -383,6 +383,15 @@ def test_serve_reads_each_rubric_with_its_own_adapter_side_by_side(engine, tuned
         with ThreadPoolExecutor(6) as pool:
             answers = list(pool.map(ask, list(expected) * 2))
         listed = {entry["name"]: entry for entry in client.get("/v1/rubrics").json()["rubrics"]}
+        scraped = client.get("/metrics").text
+    # The adapted engine's cache is reported in its own families, labelled by the adapter's file.
+    adapter_label = 'adapter="review.adapter.safetensors"'
+    assert f"decisionflow_adapted_prepared_rubrics{{{adapter_label}}} 1.0" in scraped
+    prefix_bytes = [line for line in scraped.splitlines()
+                    if line.startswith(f"decisionflow_adapted_prepared_prefix_bytes{{{adapter_label}}}")]
+    assert len(prefix_bytes) == 1 and float(prefix_bytes[0].split()[-1]) > 0
+    hits = f'decisionflow_adapted_prepared_rubric_events_total{{{adapter_label},event="hits"}}'
+    assert any(line.startswith(hits) and float(line.split()[-1]) >= 5 for line in scraped.splitlines()), scraped
     for key, answer in answers:
         for name, field in expected[key]["fields"].items():
             assert answer["fields"][name]["value"] == field["value"], key
