@@ -56,13 +56,17 @@ def tune_command(
     text_column: TextColumnOption = "text",
     max_rows: Annotated[int | None, typer.Option("--max-rows", min=2, metavar="N", help="Only the first N data rows.",
                                                  show_default=False)] = None,
-    rank: Annotated[int, typer.Option("--rank", min=1, help="The LoRA rank.")] = 8,
+    rank: Annotated[str, typer.Option("--rank", metavar="R[,R...]", help="The LoRA rank; several (8,16) are each "
+                                      "tried on the held-out rows and the best kept (see --learning-rate).")] = "8",
     alpha: Annotated[float, typer.Option("--alpha", min=0.0, help="The LoRA alpha (the update is scaled by alpha / rank).")] = 16.0,
     targets: Annotated[str, typer.Option("--targets", metavar="q_proj,v_proj",
                                          help="The projections the adapter adapts, by name.")] = "q_proj,v_proj",
     epochs: Annotated[int, typer.Option("--epochs", min=1, metavar="N", help="Passes over the training rows; with "
                                         "several, the adapter after the epoch of lowest held-out loss is kept.")] = 1,
-    learning_rate: Annotated[float, typer.Option("--learning-rate", min=0.0, metavar="X", help="AdamW's learning rate.")] = 5e-4,
+    learning_rate: Annotated[str, typer.Option("--learning-rate", metavar="X[,X...]", help="AdamW's learning rate; "
+                                               "with several (5e-4,2e-3), every rank and rate pair is trained and read "
+                                               "on the same held-out rows (or folds), and the pair right on most of them "
+                                               "is judged and kept.")] = "5e-4",
     batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, metavar="N", help="Rows per optimiser step.")] = 4,
     hold_out: Annotated[float, typer.Option("--hold-out", min=0.0, max=1.0, metavar="SHARE",
                                             help="The share of rows held out (stratified) to judge the adapter on.")] = 0.25,
@@ -110,6 +114,8 @@ def tune_command(
         raise typer.Exit(2)
     target, rubric = load_target_and_rubric(ctx, rubric_ref, err)
     chosen = guarded(ctx, err, lambda: _fields(rubric, fields))
+    ranks = guarded(ctx, err, lambda: _values(rank, int, "--rank", above=0))
+    rates = guarded(ctx, err, lambda: _values(learning_rate, float, "--learning-rate", above=0.0))
     chosen_targets = [t.strip() for t in targets.split(",") if t.strip()]
     if not chosen_targets:
         say(err, "error: --targets names no projection")
@@ -138,8 +144,8 @@ def tune_command(
     with progress_bars(err) as progress_for:
         progress = progress_for("training rows")
         result = guarded(ctx, err, lambda: tune_examples(
-            engine, target, examples, fields=chosen, rank=rank, alpha=alpha, targets=chosen_targets,
-            learning_rate=learning_rate, epochs=epochs, batch_rows=batch_rows, seed=seed, hold_out=hold_out,
+            engine, target, examples, fields=chosen, rank=ranks, alpha=alpha, targets=chosen_targets,
+            learning_rate=rates, epochs=epochs, batch_rows=batch_rows, seed=seed, hold_out=hold_out,
             significance=significance, progress=progress, keep=keep, heads=heads, folds=folds))
     took = time.perf_counter() - began
     if result.interrupted:
@@ -161,6 +167,8 @@ def tune_command(
     if result.held_out_losses:
         losses = ", ".join(f"{loss:.3f}" for loss in result.held_out_losses)
         say(out, f"epoch {result.best_epoch} of {len(result.held_out_losses)} chosen: the lowest held-out loss ({losses})")
+    if result.settings:
+        out.print(settings_table(result))
     if result.fold_fields:
         out.print(folds_table(result))
     judged = (count(result.held_out, 'held-out row') if result.folds == 1
@@ -195,6 +203,35 @@ def tune_table(result: Any) -> Table:
         table.add_row(name, str(info.rows), _figure(info.accuracy_base), _figure(info.accuracy_adapted),
                       "-" if info.p_value is None else f"{info.p_value:.3g}")
     return table
+
+
+def settings_table(result: Any) -> Table:
+    """Each rank and learning-rate pair tried, with its adapters' share right on the held-out rows."""
+    table = Table(title="settings tried on the same held-out rows (the best is judged above)", title_justify="left")
+    for column in ("rank", "learning rate", "right", "epochs chosen"):
+        table.add_column(column, justify="right")
+    for tried in result.settings:
+        cut = " (interrupted)" if tried["interrupted"] else ""
+        table.add_row(str(tried["rank"]), f"{tried['learning_rate']:g}", f"{tried['accuracy']:.3f}{cut}",
+                      ", ".join(map(str, tried["epochs"])))
+    return table
+
+
+def _values(text: str, kind: type, option: str, *, above: float) -> list[Any]:
+    """A comma-separated list of numbers, each above `above`, without repeats: one value or the ones to try."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    try:
+        values = [kind(part) for part in parts]
+    except ValueError:
+        raise DataError(f"{option}: {text!r} is not a {'whole number' if kind is int else 'number'} or a comma-separated "
+                        "list of them") from None
+    if not values:
+        raise DataError(f"{option} names no value")
+    if any(not value > above for value in values):
+        raise DataError(f"{option}: every value must be above {above:g}, got {text}")
+    if len(set(values)) != len(values):
+        raise DataError(f"{option}: {text} names a value twice")
+    return values
 
 
 def folds_table(result: Any) -> Table:

@@ -93,6 +93,8 @@ class TuneResult:
     """With several folds: each fold's own comparison (its rows read without and with its adapter)."""
     fold_epochs: list[int] = field(default_factory=list)
     """With several folds: the epoch each fold's held-out loss chose (its last epoch with one)."""
+    settings: list[dict[str, Any]] = field(default_factory=list)
+    """With several ranks or learning rates: each pair tried, with its adapters' held-out accuracy (`Trial.summary`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,7 +104,7 @@ class TuneResult:
             "warnings": self.warnings, "timings_s": self.timings_s,
             "fields": {name: info.model_dump() for name, info in self.fields.items()},
             "heads_refitted": None if self.heads is None else list(self.heads.fitted_fields),
-            "folds": self.folds, "fold_epochs": self.fold_epochs,
+            "folds": self.folds, "fold_epochs": self.fold_epochs, "settings": self.settings,
             "fold_fields": [{name: info.model_dump() for name, info in fold.items()} for fold in self.fold_fields],
         }
 
@@ -160,11 +162,11 @@ class Training:
 
 
 def tune_examples(
-    engine: Any, target: Any, examples: Sequence[Example], *, fields: Sequence[str] | None = None, rank: int = 8,
-    alpha: float = 16.0, targets: Sequence[str] = DEFAULT_TARGETS, learning_rate: float = LEARNING_RATE,
-    epochs: int = EPOCHS, batch_rows: int = BATCH_ROWS, seed: int = 0, hold_out: float = HOLD_OUT,
-    significance: float = SIGNIFICANCE, progress: Progress | None = None, keep: bool = False, heads: Any = None,
-    folds: int = FOLDS,
+    engine: Any, target: Any, examples: Sequence[Example], *, fields: Sequence[str] | None = None,
+    rank: int | Sequence[int] = 8, alpha: float = 16.0, targets: Sequence[str] = DEFAULT_TARGETS,
+    learning_rate: float | Sequence[float] = LEARNING_RATE, epochs: int = EPOCHS, batch_rows: int = BATCH_ROWS,
+    seed: int = 0, hold_out: float = HOLD_OUT, significance: float = SIGNIFICANCE, progress: Progress | None = None,
+    keep: bool = False, heads: Any = None, folds: int = FOLDS,
 ) -> TuneResult:
     """`tune_adapter` on rows `examples_of` has already checked (the command line checks its file first). `keep`: keep
     the adapter whatever the held-out comparison says (it is still made and reported).
@@ -178,12 +180,18 @@ def tune_examples(
     K of 2 or more, the rows are cut into K stratified folds; an adapter is trained on all folds but one and read on
     that one, K times, and the comparison pools every row's two readings (each row judged by an adapter that never
     saw it). Where the adapter is kept, it is trained once more on every row (with several epochs, for the epoch
-    count the folds chose most often), and heads are refitted on every row: K + 1 training runs in all."""
+    count the folds chose most often), and heads are refitted on every row: K + 1 training runs in all.
+
+    `rank` and `learning_rate` may each be several values: every pair is trained and read on the same held-out rows
+    (the share or the folds), and the pair whose adapters are right on the largest share of them is the one judged
+    and kept (ties: the earlier pair, in the order given). The verdict then reads the rows the pair was chosen on."""
     peft_available()
     rubric = rubric_of(target)
+    ranks = [rank] if isinstance(rank, int) else list(rank)
+    rates = [learning_rate] if isinstance(learning_rate, (int, float)) else list(learning_rate)
     if getattr(engine, "adapter", None) is not None:
         raise ModelError("tune on an engine without an adapter (this one serves one already)")
-    if rank < 1 or epochs < 1 or batch_rows < 1 or not learning_rate > 0:
+    if not ranks or not rates or min(ranks) < 1 or epochs < 1 or batch_rows < 1 or not min(rates) > 0:
         raise DataError("rank, epochs and the rows per step must be at least 1, the learning rate above 0")
     if folds < 1:
         raise DataError(f"the folds must be at least 1, got {folds}")
@@ -201,59 +209,74 @@ def tune_examples(
     if any(not train or not held for train, held in splits):
         what = "hold out others" if folds == 1 else f"cut into {folds} folds"
         raise DataError(f"{len(examples)} labelled rows are too few to train on some and {what}")
-    settings = TrainSettings(rank, alpha, tuple(targets), learning_rate, epochs, batch_rows, seed)
-    # Progress counts every training row to read: each fold's, then (with folds) every row once more.
-    total = sum(len(train) for train, _ in splits) * epochs + (len(examples) * epochs if folds > 1 else 0)
-    before: dict[str, list[bool | None]] = {name: [] for name in chosen}
-    after: dict[str, list[bool | None]] = {name: [] for name in chosen}
-    fold_infos: list[dict[str, AdapterFieldInfo]] = []
-    runs: list[Training] = []
-    notes: list[str] = []
+    candidates = [TrainSettings(r, alpha, tuple(targets), lr, epochs, batch_rows, seed) for r in ranks for lr in rates]
+    # Progress counts every training row to read: each candidate's folds, then (with folds) every row once more.
+    per_candidate = sum(len(train) for train, _ in splits) * epochs
+    total = per_candidate * len(candidates) + (len(examples) * epochs if folds > 1 else 0)
+    base_right: dict[int, tuple[dict[str, list[bool | None]], Any]] = {}  # per split: the base model's reading, its heads
+    trials: list[Trial] = []
     judging = 0.0
-    adapted_heads = None
-    for train, held in splits:
-        run = train_adapter(engine, rubric, train, held, settings, progress, offset=sum(r.done for r in runs), total=total)
-        runs.append(run)
-        began = time.perf_counter()
-        adapted = engine.with_adapter(run.adapter)
-        base_heads = None
-        if heads is not None:
-            base_heads, adapted_heads = refitted_heads(engine, adapted, rubric, train, heads, seed)
-        right_before = held_out_right(engine, rubric, held, chosen, base_heads)
-        right_after = held_out_right(adapted, rubric, held, chosen, adapted_heads)
-        fold_infos.append(verdict(right_before, right_after, chosen, significance)[0])
-        for name in chosen:
-            before[name] += right_before[name]
-            after[name] += right_after[name]
-        judging += time.perf_counter() - began
-        if run.interrupted:
+    for settings in candidates:
+        offset = sum(run.done for trial in trials for run in trial.runs)
+        trial = Trial(settings, {name: [] for name in chosen}, {name: [] for name in chosen})
+        trials.append(trial)
+        for number, (train, held) in enumerate(splits):
+            run = train_adapter(engine, rubric, train, held, settings, progress,
+                                offset=offset + sum(r.done for r in trial.runs), total=total)
+            trial.runs.append(run)
+            began = time.perf_counter()
+            adapted = engine.with_adapter(run.adapter)
+            if number not in base_right:
+                base_heads = refitted_heads(engine, None, rubric, train, heads, seed, with_adapted=False)[0] if heads else None
+                base_right[number] = (held_out_right(engine, rubric, held, chosen, base_heads), base_heads)
+            trial.heads = refitted_heads(None, adapted, rubric, train, heads, seed, with_base=False)[1] if heads else None
+            right_before = base_right[number][0]
+            right_after = held_out_right(adapted, rubric, held, chosen, trial.heads)
+            trial.fold_infos.append(verdict(right_before, right_after, chosen, significance)[0])
+            for name in chosen:
+                trial.before[name] += right_before[name]
+                trial.after[name] += right_after[name]
+            judging += time.perf_counter() - began
+            if run.interrupted:
+                break
+        if trial.interrupted:
             break
+    best = max(trials, key=lambda trial: (trial.accuracy, -trials.index(trial)))
+    notes: list[str] = []
     if heads is not None:
         untuned = [name for name in heads.fitted_fields if name not in chosen]
         if untuned:
             notes.append(f"warning: the heads of {', '.join(untuned)} read the model without the adapter and these rows "
                          "do not label them: fit them again on the adapted model (decisionflow fit)")
-    infos, kept, why = verdict(before, after, chosen, significance)
+    infos, kept, why = verdict(best.before, best.after, chosen, significance)
     if heads is not None:
         why += "; both with heads fitted on the training rows"
     if folds > 1:
-        why += f" ({folds} folds pooled)" if len(runs) == folds else f" ({len(runs)} of {folds} folds, interrupted)"
-    if sum(run.steps for run in runs) == 0:
+        judged_folds = len(best.runs)
+        why += f" ({folds} folds pooled)" if judged_folds == folds else f" ({judged_folds} of {folds} folds, interrupted)"
+    if len(candidates) > 1:
+        why += (f"; rank {best.settings.rank} and learning rate {best.settings.learning_rate:g} chosen among "
+                f"{len(trials)} settings on the same rows")
+    if sum(run.steps for run in best.runs) == 0:
         kept, why = False, "no training step was taken"
     elif keep and not kept:
         kept, why = True, f"kept as asked, though {why[0].lower()}{why[1:]}"
-    final = runs[-1]
-    trained_rows, held_rows = len(splits[len(runs) - 1][0]), sum(len(held) for _, held in splits[:len(runs)])
-    if folds > 1 and kept and not final.interrupted:
+    interrupted = any(trial.interrupted for trial in trials)
+    final, adapted_heads = best.runs[-1], best.heads
+    trained_rows = len(splits[len(best.runs) - 1][0])
+    held_rows = sum(len(held) for _, held in splits[:len(best.runs)])
+    extra: list[Training] = []
+    if folds > 1 and kept and not interrupted:
         # Every row judged, the adapter that is served learns from every row, for the epochs the folds chose.
-        chosen_epochs = most_common_epoch([run.best_epoch for run in runs])
-        final = train_adapter(engine, rubric, examples, [], replace(settings, epochs=chosen_epochs), progress,
-                              offset=sum(r.done for r in runs), total=total)
-        runs.append(final)
+        chosen_epochs = most_common_epoch([run.best_epoch for run in best.runs])
+        final = train_adapter(engine, rubric, examples, [], replace(best.settings, epochs=chosen_epochs), progress,
+                              offset=sum(run.done for trial in trials for run in trial.runs), total=total)
+        extra.append(final)
+        interrupted = final.interrupted
         trained_rows = len(examples)
         if heads is not None:  # the served heads read the served adapter, even one cut short
             began = time.perf_counter()
-            adapted_heads = refitted_heads(engine, engine.with_adapter(final.adapter), rubric, examples, heads, seed,
+            adapted_heads = refitted_heads(None, engine.with_adapter(final.adapter), rubric, examples, heads, seed,
                                            with_base=False)[1]
             judging += time.perf_counter() - began
     adapter = final.adapter
@@ -262,16 +285,44 @@ def tune_examples(
     })
     notes += [f"warning: field {name!r} has no held-out row it was read on, so it is not judged"
               for name, info in infos.items() if not info.rows]
-    trained_s = sum(run.seconds for run in runs)
-    done = sum(run.done for run in runs)
-    return TuneResult(adapter, kept, why, infos, rows=trained_rows, held_out=held_rows, steps=sum(run.steps for run in runs),
-                      interrupted=any(run.interrupted for run in runs), losses=final.losses,
-                      held_out_losses=runs[len(fold_infos) - 1].held_out_losses if folds == 1 else [],
+    every_run = [run for trial in trials for run in trial.runs] + extra
+    trained_s = sum(run.seconds for run in every_run)
+    done = sum(run.done for run in every_run)
+    return TuneResult(adapter, kept, why, infos, rows=trained_rows, held_out=held_rows,
+                      steps=sum(run.steps for run in best.runs + extra), interrupted=interrupted, losses=final.losses,
+                      held_out_losses=best.runs[0].held_out_losses if folds == 1 else [],
                       best_epoch=final.best_epoch, warnings=notes, heads=adapted_heads, folds=folds,
-                      fold_fields=fold_infos if folds > 1 else [],
-                      fold_epochs=[run.best_epoch for run in runs[:len(fold_infos)]] if folds > 1 else [],
+                      fold_fields=best.fold_infos if folds > 1 else [],
+                      fold_epochs=[run.best_epoch for run in best.runs] if folds > 1 else [],
+                      settings=[trial.summary() for trial in trials] if len(candidates) > 1 else [],
                       timings_s={"train": trained_s, "judge": judging,
                                  "rows_per_s": done / trained_s if trained_s > 0 else 0.0})
+
+
+@dataclass
+class Trial:
+    """One setting read on every split: its runs, and per field every judged row read without and with its adapter."""
+
+    settings: TrainSettings
+    before: dict[str, list[bool | None]]
+    after: dict[str, list[bool | None]]
+    runs: list[Training] = field(default_factory=list)
+    fold_infos: list[dict[str, AdapterFieldInfo]] = field(default_factory=list)
+    heads: Any = None
+
+    @property
+    def interrupted(self) -> bool:
+        return any(run.interrupted for run in self.runs)
+
+    @property
+    def accuracy(self) -> float:
+        """The share of judged (row, field) readings its adapters got right: what settings are chosen by."""
+        readings = [right for values in self.after.values() for right in values if right is not None]
+        return sum(readings) / len(readings) if readings else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {"rank": self.settings.rank, "learning_rate": self.settings.learning_rate, "accuracy": self.accuracy,
+                "epochs": [run.best_epoch for run in self.runs], "interrupted": self.interrupted}
 
 
 def train_adapter(engine: Any, rubric: Any, train: Sequence[Example], held: Sequence[Example], settings: TrainSettings,
@@ -370,15 +421,15 @@ def fold_splits(examples: Sequence[Example], folds: int, seed: int) -> list[tupl
 
 
 def refitted_heads(base: Any, adapted: Any, rubric: Any, train: Sequence[Example], served: Any, seed: int, *,
-                   with_base: bool = True) -> tuple[Any, Any]:
+                   with_base: bool = True, with_adapted: bool = True) -> tuple[Any, Any]:
     """Heads fitted on the training rows, on the model without the adapter and on the adapted one, reading the
     layers the served heads read (the default ones where those read none): the pair the held-out rows judge.
-    `with_base=False`: the adapted model's only (None in the base model's place)."""
+    `with_base=False` / `with_adapted=False`: one of the two only (None in the other's place)."""
     from .head_fit import fit_examples
 
     options = {"layers": tuple(served.layers) or None, "seed": seed}
     return (fit_examples(base, rubric, train, **options).heads if with_base else None,
-            fit_examples(adapted, rubric, train, **options).heads)
+            fit_examples(adapted, rubric, train, **options).heads if with_adapted else None)
 
 
 def split_held_out(examples: Sequence[Example], share: float, seed: int) -> tuple[list[Example], list[Example]]:

@@ -546,11 +546,48 @@ def test_folds_judge_every_row_once_and_train_the_kept_adapter_on_every_row(engi
         assert torch.equal(a, result.adapter.weights[name][0]) and torch.equal(b, result.adapter.weights[name][1]), name
 
 
-def test_tune_with_folds_prints_each_fold_and_the_pooled_verdict(tmp_path):
+def test_tune_with_folds_and_two_rates_prints_each_fold_each_setting_and_the_verdict(tmp_path):
     rubric, data = project(tmp_path, count=8)
     result = invoke("tune", rubric, "--data", data, "--fields", "code", "--rank", "2", "--batch-rows", "6",
-                    "--learning-rate", "0.01", "--folds", "2", "--significance", "1", "--dtype", "float32")
+                    "--learning-rate", "0.01,0.001", "--folds", "2", "--significance", "1", "--dtype", "float32")
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert "pooled over 2 folds" in text and "each fold: its rows without and with its adapter" in text
+    assert "settings tried on the same held-out rows" in text and "chosen among 2 settings" in text
     assert "judged on 8 rows in 2 folds" in text, text
+
+
+def test_several_learning_rates_are_tried_on_the_same_rows_and_the_best_is_kept(engine, review):
+    """Two learning rates on one held-out share: both are reported with their held-out accuracy, the better one
+    (ties: the first given) is judged, and the adapter returned is the one its settings train alone."""
+    import decisionflow.fitting.tuning as tuning
+    from decisionflow.fitting.examples import examples_of
+
+    rows = [(r["text"], {"sentiment": r["sentiment"], "code": r["code"]}) for r in labelled(12)]
+    rates = [1e-6, 0.02]
+    result = tuning.tune_adapter(engine, review, rows, fields=["code"], rank=[2], batch_rows=3, learning_rate=rates,
+                                 seed=1, significance=1.0)
+    assert [(tried["rank"], tried["learning_rate"]) for tried in result.settings] == [(2, 1e-6), (2, 0.02)]
+    accuracies = [tried["accuracy"] for tried in result.settings]
+    best = rates[accuracies.index(max(accuracies))]
+    assert result.adapter.metadata.learning_rate == best and result.fields["code"].accuracy_adapted == max(accuracies)
+    assert "chosen among 2 settings on the same rows" in result.why
+    examples, _ = examples_of(review, [(text, {"code": labels["code"]}) for text, labels in rows])
+    train, held = tuning.split_held_out(examples, tuning.HOLD_OUT, 1)
+    settings = tuning.TrainSettings(rank=2, alpha=16.0, targets=tuning.DEFAULT_TARGETS, learning_rate=best, epochs=1,
+                                    batch_rows=3, seed=1)
+    alone = tuning.train_adapter(engine, review, train, held, settings, None).adapter
+    for name, (a, b) in alone.weights.items():
+        assert torch.equal(a, result.adapter.weights[name][0]) and torch.equal(b, result.adapter.weights[name][1]), name
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--rank", "0", "--rank: every value must be above 0"),
+    ("--learning-rate", "fast", "--learning-rate: 'fast' is not a number"),
+    ("--rank", "4,4", "--rank: 4,4 names a value twice"),
+])
+def test_bad_setting_lists_are_refused_before_the_model_loads(tmp_path, monkeypatch, option, value, says):
+    rubric, data = project(tmp_path)
+    monkeypatch.setattr("decisionflow.cli.tune.load_engine", lambda *_, **__: pytest.fail("the model was loaded"))
+    result = invoke("tune", rubric, "--data", data, option, value)
+    assert result.exit_code == 1 and says in result.stderr and "Traceback" not in result.output, result.output
