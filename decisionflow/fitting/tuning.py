@@ -86,8 +86,8 @@ class TuneResult:
     timings_s: dict[str, float] = field(default_factory=dict)
     heads: Any = None
     """Where the rubric is served with fitted heads (`tune_examples(heads=...)`): heads refitted on the adapted
-    model from the training rows, the ones judged with the adapter (saved with it, where `kept`); else None.
-    With folds, where the adapter is kept: heads fitted on every row with the adapter trained on every row."""
+    model: where the adapter is kept, fitted on every row (held-out ones included) on the adapter returned (saved
+    with it); else the ones judged with it, fitted on the training rows. None without heads."""
     folds: int = 1
     fold_fields: list[dict[str, AdapterFieldInfo]] = field(default_factory=list)
     """With several folds: each fold's own comparison (its rows read without and with its adapter)."""
@@ -274,11 +274,13 @@ def tune_examples(
         extra.append(final)
         interrupted = final.interrupted
         trained_rows = len(examples)
-        if heads is not None:  # the served heads read the served adapter, even one cut short
-            began = time.perf_counter()
-            adapted_heads = refitted_heads(None, engine.with_adapter(final.adapter), rubric, examples, heads, seed,
-                                           with_base=False)[1]
-            judging += time.perf_counter() - began
+    if heads is not None and kept and (extra or not interrupted):
+        # The heads saved learn from every row, held-out ones included, on the adapter that is saved (the last run's
+        # even when cut short): the judged ones saw the training rows only. Cut short before, the judged ones stay.
+        began = time.perf_counter()
+        adapted_heads = refitted_heads(None, engine.with_adapter(final.adapter), rubric, examples, heads, seed,
+                                       with_base=False)[1]
+        judging += time.perf_counter() - began
     adapter = final.adapter
     adapter.metadata = adapter.metadata.model_copy(update={
         "rows": trained_rows, "held_out": held_rows, "folds": folds, "fields": infos, "kept": kept, "why": why,

@@ -440,7 +440,8 @@ def test_fit_and_calibrate_read_the_adapted_model_beside_the_rubric(tuned, tmp_p
 
 def test_tune_judges_against_heads_beside_the_rubric_and_saves_adapted_heads(tmp_path):
     """A rubric served with fitted heads: `tune` judges the adapter with heads fitted on its training rows on either
-    model, and saves the adapted model's heads in place of the old ones, so `run` serves adapter and heads together."""
+    model, and saves the adapted model's heads, fitted again on every row, in place of the old ones, so `run` serves
+    adapter and heads together."""
     from decisionflow.runtime.heads.fitted import Heads
 
     rubric, data = project(tmp_path, count=24)
@@ -454,8 +455,12 @@ def test_tune_judges_against_heads_beside_the_rubric_and_saves_adapted_heads(tmp
     report = json.loads(result.stdout)
     assert "heads: " in result.stderr and "both with heads fitted on the training rows" in report["why"]
     assert report["heads_saved"] == str(heads_file) and report["heads_refitted"] is not None
-    after = Heads.load(heads_file).metadata.weights
+    saved = Heads.load(heads_file)
+    after = saved.metadata.weights
     assert after != before and after.startswith(before) and "+adapter-" in after
+    # Refitted on every row once the adapter is kept: the 6 held-out rows as well as the 18 it was trained on.
+    assert report["rows"] == 18 and report["held_out"] == 6
+    assert {saved.metadata.fields[name].rows for name in report["heads_refitted"]} == {24}
     served = invoke("run", rubric, "--text", TEXT, "--json", "--dtype", "float32")
     assert served.exit_code == 0 and "heads: " in served.stderr and "adapter: " in served.stderr, served.output
 
