@@ -197,14 +197,7 @@ def tune_examples(
         raise DataError(f"the folds must be at least 1, got {folds}")
     if folds == 1 and not 0 < hold_out < 1:
         raise DataError(f"the held-out share must be between 0 and 1, got {hold_out}")
-    chosen = list(fields) if fields else [name for name in rubric.fields if any(name in e.labels for e in examples)]
-    for name in chosen:
-        if name not in rubric.fields:
-            raise DataError(f"{name!r} is not a field of rubric {rubric.name!r} (fields: {', '.join(rubric.fields)})")
-    examples = [Example(e.index, e.text, {k: v for k, v in e.labels.items() if k in chosen}) for e in examples]
-    examples = [e for e in examples if e.labels]
-    if not examples:
-        raise DataError(f"no row labels any of the fields {', '.join(chosen)}")
+    chosen, examples = labelled_for(rubric, examples, fields)
     splits = [split_held_out(examples, hold_out, seed)] if folds == 1 else fold_splits(examples, folds, seed)
     if any(not train or not held for train, held in splits):
         what = "hold out others" if folds == 1 else f"cut into {folds} folds"
@@ -213,34 +206,8 @@ def tune_examples(
     # Progress counts every training row to read: each candidate's folds, then (with folds) every row once more.
     per_candidate = sum(len(train) for train, _ in splits) * epochs
     total = per_candidate * len(candidates) + (len(examples) * epochs if folds > 1 else 0)
-    base_right: dict[int, tuple[dict[str, list[bool | None]], Any]] = {}  # per split: the base model's reading, its heads
-    trials: list[Trial] = []
-    judging = 0.0
-    for settings in candidates:
-        offset = sum(run.done for trial in trials for run in trial.runs)
-        trial = Trial(settings, {name: [] for name in chosen}, {name: [] for name in chosen})
-        trials.append(trial)
-        for number, (train, held) in enumerate(splits):
-            run = train_adapter(engine, rubric, train, held, settings, progress,
-                                offset=offset + sum(r.done for r in trial.runs), total=total)
-            trial.runs.append(run)
-            began = time.perf_counter()
-            adapted = engine.with_adapter(run.adapter)
-            if number not in base_right:
-                base_heads = refitted_heads(engine, None, rubric, train, heads, seed, with_adapted=False)[0] if heads else None
-                base_right[number] = (held_out_right(engine, rubric, held, chosen, base_heads), base_heads)
-            trial.heads = refitted_heads(None, adapted, rubric, train, heads, seed, with_base=False)[1] if heads else None
-            right_before = base_right[number][0]
-            right_after = held_out_right(adapted, rubric, held, chosen, trial.heads)
-            trial.fold_infos.append(verdict(right_before, right_after, chosen, significance)[0])
-            for name in chosen:
-                trial.before[name] += right_before[name]
-                trial.after[name] += right_after[name]
-            judging += time.perf_counter() - began
-            if run.interrupted:
-                break
-        if trial.interrupted:
-            break
+    trials, judging = run_trials(engine, rubric, splits, candidates, chosen, significance, progress, total=total,
+                                 heads=heads, seed=seed)
     best = max(trials, key=lambda trial: (trial.accuracy, -trials.index(trial)))
     notes: list[str] = []
     if heads is not None:
@@ -278,8 +245,7 @@ def tune_examples(
         # The heads saved learn from every row, held-out ones included, on the adapter that is saved (the last run's
         # even when cut short): the judged ones saw the training rows only. Cut short before, the judged ones stay.
         began = time.perf_counter()
-        adapted_heads = refitted_heads(None, engine.with_adapter(final.adapter), rubric, examples, heads, seed,
-                                       with_base=False)[1]
+        adapted_heads = heads_like(engine.with_adapter(final.adapter), rubric, examples, heads, seed)
         judging += time.perf_counter() - began
     adapter = final.adapter
     adapter.metadata = adapter.metadata.model_copy(update={
@@ -299,6 +265,54 @@ def tune_examples(
                       settings=[trial.summary() for trial in trials] if len(candidates) > 1 else [],
                       timings_s={"train": trained_s, "judge": judging,
                                  "rows_per_s": done / trained_s if trained_s > 0 else 0.0})
+
+
+def labelled_for(rubric: Any, examples: Sequence[Example], fields: Sequence[str] | None) -> tuple[list[str], list[Example]]:
+    """The fields to tune on (default: every labelled one) and the rows labelling any of them, their labels of other
+    fields dropped."""
+    chosen = list(fields) if fields else [name for name in rubric.fields if any(name in e.labels for e in examples)]
+    for name in chosen:
+        if name not in rubric.fields:
+            raise DataError(f"{name!r} is not a field of rubric {rubric.name!r} (fields: {', '.join(rubric.fields)})")
+    kept = [Example(e.index, e.text, {k: v for k, v in e.labels.items() if k in chosen}) for e in examples]
+    kept = [e for e in kept if e.labels]
+    if not kept:
+        raise DataError(f"no row labels any of the fields {', '.join(chosen)}")
+    return chosen, kept
+
+
+def run_trials(engine: Any, rubric: Any, splits: Sequence[tuple[list[Example], list[Example]]],
+               candidates: Sequence[TrainSettings], fields: Sequence[str], significance: float,
+               progress: Progress | None, *, total: int, heads: Any, seed: int) -> tuple[list[Trial], float]:
+    """Every candidate setting trained on each split's training rows and read on its held-out rows, beside the model
+    without an adapter (read once per split; with `heads`, each model's heads fitted on the split's training rows).
+    Ctrl-C ends the search after judging the run it cut short. Returns the trials and the seconds spent judging."""
+    base_right: dict[int, dict[str, list[bool | None]]] = {}
+    trials: list[Trial] = []
+    judging = 0.0
+    done = 0
+    for settings in candidates:
+        trial = Trial(settings, {name: [] for name in fields}, {name: [] for name in fields})
+        trials.append(trial)
+        for number, (train, held) in enumerate(splits):
+            run = train_adapter(engine, rubric, train, held, settings, progress, offset=done, total=total)
+            done += run.done
+            trial.runs.append(run)
+            began = time.perf_counter()
+            adapted = engine.with_adapter(run.adapter)
+            if number not in base_right:
+                base_heads = heads_like(engine, rubric, train, heads, seed) if heads is not None else None
+                base_right[number] = held_out_right(engine, rubric, held, fields, base_heads)
+            trial.heads = heads_like(adapted, rubric, train, heads, seed) if heads is not None else None
+            right_after = held_out_right(adapted, rubric, held, fields, trial.heads)
+            trial.fold_infos.append(verdict(base_right[number], right_after, fields, significance)[0])
+            for name in fields:
+                trial.before[name] += base_right[number][name]
+                trial.after[name] += right_after[name]
+            judging += time.perf_counter() - began
+            if run.interrupted:
+                return trials, judging
+    return trials, judging
 
 
 @dataclass
@@ -422,16 +436,12 @@ def fold_splits(examples: Sequence[Example], folds: int, seed: int) -> list[tupl
     return splits
 
 
-def refitted_heads(base: Any, adapted: Any, rubric: Any, train: Sequence[Example], served: Any, seed: int, *,
-                   with_base: bool = True, with_adapted: bool = True) -> tuple[Any, Any]:
-    """Heads fitted on the training rows, on the model without the adapter and on the adapted one, reading the
-    layers the served heads read (the default ones where those read none): the pair the held-out rows judge.
-    `with_base=False` / `with_adapted=False`: one of the two only (None in the other's place)."""
+def heads_like(engine: Any, rubric: Any, rows: Sequence[Example], served: Any, seed: int) -> Any:
+    """Heads fitted on `rows` by `fit`'s own choice on `engine` (with or without an adapter merged), reading the
+    layers the served heads read (the default ones where those read none)."""
     from .head_fit import fit_examples
 
-    options = {"layers": tuple(served.layers) or None, "seed": seed}
-    return (fit_examples(base, rubric, train, **options).heads if with_base else None,
-            fit_examples(adapted, rubric, train, **options).heads if with_adapted else None)
+    return fit_examples(engine, rubric, rows, layers=tuple(served.layers) or None, seed=seed).heads
 
 
 def split_held_out(examples: Sequence[Example], share: float, seed: int) -> tuple[list[Example], list[Example]]:
