@@ -7,6 +7,7 @@ the model loads, and peft's absence is named with the install hint before anythi
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -227,7 +228,7 @@ def _values(text: str, kind: type, option: str, *, above: float) -> list[Any]:
                         "list of them") from None
     if not values:
         raise DataError(f"{option} names no value")
-    if any(not value > above for value in values):
+    if any(not (value > above and math.isfinite(value)) for value in values):
         raise DataError(f"{option}: every value must be above {above:g}, got {text}")
     if len(set(values)) != len(values):
         raise DataError(f"{option}: {text} names a value twice")
