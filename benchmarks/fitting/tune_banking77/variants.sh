@@ -38,3 +38,7 @@ cp $S/eval-both/rows.jsonl $OUT/rows-both.jsonl
 if [ -f $HERE/variants/base/rows-heads.jsonl ]; then
   .venv/bin/python -m benchmarks.paired_rows $HERE/variants/base/rows-heads.jsonl $OUT/rows-both.jsonl > $OUT/paired-base-heads-both.json
 fi
+if [ -f $HERE/per-intent-10/rows-adapter.jsonl ]; then  # the defaults' adapter at 10 per intent (run.sh)
+  .venv/bin/python -m benchmarks.paired_rows $HERE/per-intent-10/rows-adapter.jsonl $OUT/rows-adapter.jsonl > $OUT/paired-defaults.json
+  .venv/bin/python -m benchmarks.common stamp $OUT/paired-defaults.json
+fi
