@@ -107,6 +107,11 @@ def tune_command(
     from ..runtime.heads.fitted import Heads
 
     err = stderr()
+    given = ctx.get_parameter_source("hold_out")
+    if folds > 1 and given is not None and given.name == "COMMANDLINE":
+        # Folds hold every row out once: a held-out share given beside them would be silently unread.
+        say(err, "error: give --hold-out (one held-out share) or --folds K (every row held out once), not both")
+        raise typer.Exit(2)
     guarded(ctx, err, peft_available)
     output = output or saved_beside(err, rubric_ref, "adapter", adapter_path_for)
     refuse_output(err, output, folder=False, option="--output")

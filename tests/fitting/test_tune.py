@@ -596,3 +596,10 @@ def test_bad_setting_lists_are_refused_before_the_model_loads(tmp_path, monkeypa
     monkeypatch.setattr("decisionflow.cli.tune.load_engine", lambda *_, **__: pytest.fail("the model was loaded"))
     result = invoke("tune", rubric, "--data", data, option, value)
     assert result.exit_code == 1 and says in result.stderr and "Traceback" not in result.output, result.output
+
+
+def test_a_held_out_share_beside_folds_is_refused(tmp_path, monkeypatch):
+    rubric, data = project(tmp_path)
+    monkeypatch.setattr("decisionflow.cli.tune.load_engine", lambda *_, **__: pytest.fail("the model was loaded"))
+    result = invoke("tune", rubric, "--data", data, "--folds", "3", "--hold-out", "0.2")
+    assert result.exit_code == 2 and "not both" in result.stderr and "Traceback" not in result.output, result.output
