@@ -213,7 +213,7 @@ def tune_table(result: Any) -> Table:
 
 def settings_table(result: Any) -> Table:
     """Each rank and learning-rate pair tried, with its adapters' share right on the held-out rows."""
-    table = Table(title="settings tried on the same held-out rows (the best is judged above)", title_justify="left")
+    table = Table(title="settings tried on the same rows", title_justify="left")
     for column in ("rank", "learning rate", "right", "epochs chosen"):
         table.add_column(column, justify="right")
     for tried in result.settings:

@@ -233,11 +233,14 @@ def tune_examples(
     trained_rows = len(splits[len(best.runs) - 1][0])
     held_rows = sum(len(held) for _, held in splits[:len(best.runs)])
     extra: list[Training] = []
+    searched = sum(run.done for trial in trials for run in trial.runs)
+    if progress and not interrupted and not (folds > 1 and kept):
+        progress(searched, searched)  # no run on every row follows: the bar ends where the search did
     if folds > 1 and kept and not interrupted:
         # Every row judged, the adapter that is served learns from every row, for the epochs the folds chose.
         chosen_epochs = most_common_epoch([run.best_epoch for run in best.runs])
         final = train_adapter(engine, rubric, examples, [], replace(best.settings, epochs=chosen_epochs), progress,
-                              offset=sum(run.done for trial in trials for run in trial.runs), total=total)
+                              offset=searched, total=total)
         extra.append(final)
         interrupted = final.interrupted
         trained_rows = len(examples)

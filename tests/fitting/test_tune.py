@@ -558,7 +558,7 @@ def test_tune_with_folds_and_two_rates_prints_each_fold_each_setting_and_the_ver
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert "pooled over 2 folds" in text and "each fold: its rows without and with its adapter" in text
-    assert "settings tried on the same held-out rows" in text and "chosen among 2 settings" in text
+    assert "settings tried on the same rows" in text and "chosen among 2 settings" in text
     assert "judged on 8 rows in 2 folds" in text, text
 
 
