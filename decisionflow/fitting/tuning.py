@@ -118,16 +118,17 @@ def peft_available() -> None:
 
 
 def tune_adapter(
-    engine: Any, target: Any, rows: Iterable[Any], *, fields: Sequence[str] | None = None, rank: int = 8,
-    alpha: float = 16.0, targets: Sequence[str] = DEFAULT_TARGETS, learning_rate: float = LEARNING_RATE,
-    epochs: int = EPOCHS, batch_rows: int = BATCH_ROWS, seed: int = 0, hold_out: float = HOLD_OUT,
-    significance: float = SIGNIFICANCE, progress: Progress | None = None, unknown_labels: str = "error",
-    keep: bool = False, heads: Any = None, folds: int = FOLDS,
+    engine: Any, target: Any, rows: Iterable[Any], *, fields: Sequence[str] | None = None,
+    rank: int | Sequence[int] = 8, alpha: float = 16.0, targets: Sequence[str] = DEFAULT_TARGETS,
+    learning_rate: float | Sequence[float] = LEARNING_RATE, epochs: int = EPOCHS, batch_rows: int = BATCH_ROWS,
+    seed: int = 0, hold_out: float = HOLD_OUT, significance: float = SIGNIFICANCE, progress: Progress | None = None,
+    unknown_labels: str = "error", keep: bool = False, heads: Any = None, folds: int = FOLDS,
 ) -> TuneResult:
     """Tune a LoRA adapter on `rows` (see `examples_of`); see the module. `fields`: the labelled fields to train
     and judge on (default: every labelled one). `progress(done, total)` counts training rows over the epochs (and
     the folds). Ctrl-C stops training; the adapter after the last completed step is judged and returned
-    (`interrupted`). `heads`: the fitted heads the rubric is served with, if any (see `tune_examples`)."""
+    (`interrupted`). `heads`: the fitted heads the rubric is served with, if any; `folds`, and several ranks or
+    learning rates to choose among: see `tune_examples`."""
     rubric = rubric_of(target)
     examples, _ = examples_of(rubric, rows, unknown_labels=unknown_labels)
     return tune_examples(engine, rubric, examples, fields=fields, rank=rank, alpha=alpha, targets=targets,
