@@ -205,8 +205,7 @@ def tune_examples(
         raise DataError(f"{len(examples)} labelled rows are too few to train on some and {what}")
     candidates = [TrainSettings(r, alpha, tuple(targets), lr, epochs, batch_rows, seed) for r in ranks for lr in rates]
     # Progress counts every training row to read: each candidate's folds, then (with folds) every row once more.
-    per_candidate = sum(len(train) for train, _ in splits) * epochs
-    total = per_candidate * len(candidates) + (len(examples) * epochs if folds > 1 else 0)
+    total = sum(len(train) for train, _ in splits) * epochs * len(candidates) + (len(examples) * epochs if folds > 1 else 0)
     trials, judging = run_trials(engine, rubric, splits, candidates, chosen, significance, progress, total=total,
                                  heads=heads, seed=seed)
     best = max(trials, key=lambda trial: (trial.accuracy, -trials.index(trial)))

@@ -106,6 +106,10 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+CACHE_EVENTS = ("hits", "prepared", "prefixes_prefilled", "prefixes_loaded", "evicted")
+"""The prepared-rubric cache's counts (`runtime.prepared.PreparedRubrics.counts`) each cache metric reports."""
+
+
 class _PreparedCollector(Collector):
     """The engine's prepared-rubric cache as metrics, read when scraped (the cache keeps the counts)."""
 
@@ -118,7 +122,7 @@ class _PreparedCollector(Collector):
             "decisionflow_prepared_rubric_events", "The engine's prepared-rubric cache: hits, rubrics prepared "
             "(compiled), prefixes prefilled or loaded from disk, and evictions.", labels=["event"],
         )
-        for event in ("hits", "prepared", "prefixes_prefilled", "prefixes_loaded", "evicted"):
+        for event in CACHE_EVENTS:
             events.add_metric([event], getattr(counts, event))
         yield events
         yield GaugeMetricFamily("decisionflow_prepared_rubrics", "Rubrics the engine holds prepared.", value=len(self.prepared))
@@ -146,7 +150,7 @@ class _AdaptedCollector(Collector):
                                          "each adapted engine holds.", labels=["adapter"])
         for name, prepared in self.caches.items():
             counts = prepared.counts
-            for event in ("hits", "prepared", "prefixes_prefilled", "prefixes_loaded", "evicted"):
+            for event in CACHE_EVENTS:
                 events.add_metric([name, event], getattr(counts, event))
             rubrics.add_metric([name], len(prepared))
             prefix_bytes.add_metric([name], prepared.prefix_bytes)
