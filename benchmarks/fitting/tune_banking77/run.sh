@@ -4,25 +4,27 @@
 # then dev.csv scored zero-shot (no heads, no adapter), with the adapter (no heads: the shipped heads were fitted
 # without it) and with the shipped frozen heads, and the adapter paired against each: docs/tuning.md, "BANKING77".
 # The adapter goes to a scratch folder; the reports and the per-row answers are copied here.
-#   PER_INTENT=10 (or 20)  THREADS=1 (one intra-op thread: on a machine that other work loads, two threads stall
-#   each other; docs/tuning.md)  NICE="nice -n 19" (yield the CPU to other work)
+#   PER_INTENT=10 (or 20)  OUT=folder for the raw (default per-intent-N beside this script)
+#   THREADS=1 (one intra-op thread: on a machine that other work loads, two threads stall each other; docs/tuning.md;
+#   THREADS= leaves torch its own choice, as the defaults do)  NICE="nice -n 19" (yield the CPU to other work; NICE= none)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 N=${PER_INTENT:-10}
 HERE=benchmarks/fitting/tune_banking77
-OUT=$HERE/per-intent-$N
+OUT=${OUT:-$HERE/per-intent-$N}
 DATA=${DATA:-../shared/data}/banking77
 DF=.venv/bin/decisionflow
-NICE=${NICE:-nice -n 19}
-THREADS=${THREADS:-1}
+NICE=${NICE-nice -n 19}
+THREADS=${THREADS-1}
+THREAD_ARGS=${THREADS:+--threads $THREADS}
 S=/tmp/tune_banking77; mkdir -p $S $OUT
 .venv/bin/python -m benchmarks.fitting.tune_banking77.select_rows $DATA/train.csv $S/train$N.jsonl --per-intent $N --seed 0
 uptime > $OUT/uptime-before.txt
 $NICE /usr/bin/time -f "%e s wall, %M KB peak" $DF tune workflows/banking77_intent.yaml --data $S/train$N.jsonl \
-  --label intent=label --keep --no-heads --threads $THREADS --output $S/b77-$N.adapter.safetensors --json > $OUT/tune.json 2> $S/tune$N.err
+  --label intent=label --keep --no-heads $THREAD_ARGS --output $S/b77-$N.adapter.safetensors --json > $OUT/tune.json 2> $S/tune$N.err
 tail -1 $S/tune$N.err | tee $OUT/time.txt
 uptime >> $OUT/uptime-before.txt
-EVAL="$DF eval workflows/banking77_intent.yaml --data $DATA/dev.csv --label-column label --threads $THREADS"
+EVAL="$DF eval workflows/banking77_intent.yaml --data $DATA/dev.csv --label-column label $THREAD_ARGS"
 $NICE $EVAL --no-heads --no-adapter --out $S/eval-base-$N > $OUT/eval-base.json
 $NICE $EVAL --no-heads --adapter $S/b77-$N.adapter.safetensors --out $S/eval-adapter-$N > $OUT/eval-adapter.json
 $NICE $EVAL --no-adapter --out $S/eval-heads-$N > $OUT/eval-heads.json
