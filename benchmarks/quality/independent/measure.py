@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.quality.independent.measure --part accuracy --out benchmarks/quality/independent/accuracy.json
     .venv/bin/python -m benchmarks.quality.independent.measure --part speed --out benchmarks/quality/independent/speed.json
+    .venv/bin/python -m benchmarks.quality.independent.measure --part independence --dtype bfloat16 --out benchmarks/quality/independent/independence-bfloat16.json
 
 Accuracy: every shipped workflow of a development set is read twice on the same rows: as shipped (the
 shared reading, the engine's default correction) and with `reading: independent` (each field a question of
@@ -11,6 +12,9 @@ independent variant is paired with the shared one row by row (McNemar's exact te
 
 Speed (an otherwise idle machine): the median warm request of a 28-question preset read both ways, and a
 request bringing 6 new yes/no questions about a 100-token input against the same request repeated.
+
+Independence: every question of the 28-question presets asked alone and among the others (read independently),
+the largest gap between the two distributions and how many answers differ, in the engine's number format.
 """
 
 from __future__ import annotations
@@ -191,9 +195,26 @@ def speed(engine: Engine, repeats: int) -> dict[str, Any]:
     return out
 
 
+def independence(engine: Engine) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("support_triage", "code_security", "fintech_fraud"):
+        preset = load_preset(name)
+        together = engine.decide(independent(preset.rubric), preset.context)
+        gaps, changed = [], []
+        for field in preset.rubric.fields:
+            alone_rubric = Rubric.model_validate({**independent(preset.rubric).model_dump(),
+                                                  "fields": {field: preset.rubric.model_dump()["fields"][field]}})
+            alone, among = engine.decide(alone_rubric, preset.context).fields[field], together.fields[field]
+            gaps.append(max(abs(alone.probabilities[k] - among.probabilities[k]) for k in among.probabilities))
+            if alone.value != among.value:
+                changed.append(field)
+        out[name] = {"questions": len(gaps), "largest_gap": max(gaps), "answers_changed": changed}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("accuracy", "speed"), required=True)
+    parser.add_argument("--part", choices=("accuracy", "speed", "independence"), required=True)
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--limit", type=int, default=None, help="rows per set (default: each set's own)")
     parser.add_argument("--repeats", type=int, default=15)
@@ -205,8 +226,10 @@ def main() -> None:
     result: dict[str, Any] = {"dtype": dtype_of(engine)}
     if args.part == "accuracy":
         result["sets"] = {name: accuracy(engine, args.data, name, args.limit) for name in args.sets.split(",")}
-    else:
+    elif args.part == "speed":
         result["speed"] = speed(engine, args.repeats)
+    else:
+        result["independence"] = independence(engine)
     print(json.dumps(result, indent=2))
     write_results(args.out, result, conditions={"dtype": result["dtype"]})
 

@@ -11,8 +11,10 @@ key/value head folded into the query axis instead of repeating the keys), and on
 part needs the mask. The prefix keys and values stay where its prefill left them.
 
 A long local part whose tokens see few of its keys (independent questions: a thousand row tokens, each
-seeing the input and its own row) is attended in query chunks, each against the keys some query of it
-sees (`chunk_local`): the same sums, without the masked-out products that dominated such a pass.
+seeing the input and its own row) is attended in query chunks, each against the prefix and the local keys
+some query of it sees (`chunk_local`), in one call per chunk: the same sums, without the masked-out
+products that dominated such a pass, and without a merge (which, over every query of such a pass, cost
+more than the prefix's own attention).
 
 On CUDA the torch path runs `padded_branch_attention` instead: every request of a pass is one row of
 a padded batch for torch's `scaled_dot_product_attention` (its fused kernels take the additive mask),
@@ -22,7 +24,7 @@ log-sum-exp, so it runs on torch's public attention; the CPU path stays the exac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -84,6 +86,17 @@ class LocalChunk:
     """Indexes of the local keys some query of the chunk sees."""
     mask: torch.Tensor
     """The chunk's folded additive mask over those keys (`fold_mask`)."""
+    with_prefix: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, compare=False, repr=False)
+    """Per prefix length P: the chunk's key indexes into the prefix's keys followed by the local ones, and its
+    mask with P visible columns in front; made by the first layer that needs them, kept for the others."""
+
+    def behind(self, prefix_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(key indexes, folded additive mask) of this chunk over [prefix keys; local keys]."""
+        if prefix_length not in self.with_prefix:
+            front = torch.arange(prefix_length, device=self.keys.device)
+            mask = torch.nn.functional.pad(self.mask, (prefix_length, 0))
+            self.with_prefix[prefix_length] = (torch.cat([front, self.keys + prefix_length]), mask)
+        return self.with_prefix[prefix_length]
 
 
 def chunk_local(visible: torch.Tensor, groups: int, dtype: torch.dtype, size: int = LOCAL_CHUNK) -> list[LocalChunk] | None:
@@ -124,12 +137,11 @@ def branch_attention(
     Returns [1, Hq, N, D]."""
     _, heads, n, dim = query.shape
     kv_heads = key.shape[1]
+    if isinstance(folded_mask, list):
+        return _chunked(query, key, value, folded_mask, prefix_key, prefix_value, scale)
     folded = query.reshape(1, kv_heads, (heads // kv_heads) * n, dim)
     out_prefix, lse_prefix = _attend(folded, prefix_key, prefix_value, None, scale)
-    if isinstance(folded_mask, list):
-        out_local, lse_local = _chunked_local(query, key, value, folded_mask, scale)
-    else:
-        out_local, lse_local = _attend(folded, key, value, folded_mask, scale)
+    out_local, lse_local = _attend(folded, key, value, folded_mask, scale)
     top = torch.maximum(lse_prefix, lse_local)
     w_prefix = torch.exp(lse_prefix - top).unsqueeze(-1)
     w_local = torch.exp(lse_local - top).unsqueeze(-1)
@@ -137,23 +149,25 @@ def branch_attention(
     return out.to(query.dtype).reshape(1, heads, n, dim)
 
 
-def _chunked_local(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, chunks: list[LocalChunk],
-                   scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The local part chunk by chunk, laid out as `_attend` lays out the folded queries (query head g of a
-    key/value head's group, token i: row g * n + i). Returns ([1, Hkv, groups * n, D], [1, Hkv, groups * n])."""
+def _chunked(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, chunks: list[LocalChunk],
+             prefix_key: torch.Tensor, prefix_value: torch.Tensor, scale: float) -> torch.Tensor:
+    """Branch attention chunk by chunk, each chunk's queries against the prefix and the local keys it sees in
+    one call, laid out as `_attend` lays out folded queries (query head g of a key/value head's group, token
+    i: row g * width + i). Returns [1, Hq, N, D]."""
     _, heads, n, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
+    prefix_length = prefix_key.shape[2]
+    keys = torch.cat([prefix_key, key], dim=2)
+    values = torch.cat([prefix_value, value], dim=2)
     out = query.new_empty(1, kv_heads, groups, n, dim)
-    lse = torch.empty(1, kv_heads, groups, n, dtype=torch.float32, device=query.device)
     for chunk in chunks:
         width = chunk.stop - chunk.start
+        index, mask = chunk.behind(prefix_length)
         folded = query[:, :, chunk.start : chunk.stop].reshape(1, kv_heads, groups * width, dim)
-        part, part_lse = _attend(folded, key.index_select(2, chunk.keys), value.index_select(2, chunk.keys),
-                                 chunk.mask, scale)
+        part, _ = _attend(folded, keys.index_select(2, index), values.index_select(2, index), mask, scale)
         out[:, :, :, chunk.start : chunk.stop] = part.view(1, kv_heads, groups, width, dim)
-        lse[:, :, :, chunk.start : chunk.stop] = part_lse.view(1, kv_heads, groups, width)
-    return out.view(1, kv_heads, groups * n, dim), lse.view(1, kv_heads, groups * n)
+    return out.view(1, heads, n, dim)
 
 
 def padded_branch_attention(
