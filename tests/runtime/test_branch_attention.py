@@ -91,3 +91,26 @@ def test_a_local_part_every_token_sees_is_not_chunked():
     visible = torch.ones(300, 300, dtype=torch.bool).tril()
     assert ba.chunk_local(visible, 3, torch.float32) is None  # a causal input: chunks would save too little
     assert isinstance(ba.local_attention(visible, 3, torch.float32), torch.Tensor)
+
+
+def test_chunk_keys_are_taken_as_slices_where_they_run_and_gathered_where_they_scatter():
+    assert ba.contiguous_runs([0, 1, 2, 7, 8, 12]) == ((0, 3), (7, 9), (12, 13))
+    assert ba.contiguous_runs(list(range(0, 2 * (ba.MAX_RUNS + 1), 2))) is None
+    rows = ba.chunk_local(_rows_after_input(trunk=50, rows=12, length=23), 3, torch.float32, size=40)
+    assert rows is not None and all(chunk.runs is not None and len(chunk.runs) <= 3 for chunk in rows)
+
+    # The tokens of chunk c see themselves and every tenth key before them from c on: too many runs to slice
+    # in the last chunk, so it gathers.
+    torch.manual_seed(5)
+    n, dim, kv_heads, groups = 120, 16, 2, 3
+    visible = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(n):
+        visible[i, i] = True
+        visible[i, torch.arange(i // 40, 40 * (i // 40), 10)] = True
+    chunks = ba.chunk_local(visible, groups, torch.float32, size=40)
+    assert chunks is not None and any(chunk.runs is None for chunk in chunks)
+    q = torch.randn(1, kv_heads * groups, n, dim)
+    k, v = torch.randn(1, kv_heads, n, dim), torch.randn(1, kv_heads, n, dim)
+    pk, pv = torch.randn(1, kv_heads, 9, dim), torch.randn(1, kv_heads, 9, dim)
+    chunked = ba.branch_attention(q, k, v, chunks, pk, pv, 0.25)
+    assert torch.allclose(chunked, _plain(q, k, v, visible, pk, pv, 0.25), atol=1e-5)

@@ -76,6 +76,11 @@ CHUNKED_BELOW = 0.5
 """The local part is chunked when the chunks' query-key products are below this share of the dense ones."""
 
 
+MAX_RUNS = 8
+"""A chunk whose keys fall in at most this many contiguous runs takes them as slices (a row's keys: the
+input's, then the rows its queries belong to); one scattered wider is gathered key by key."""
+
+
 @dataclass(frozen=True)
 class LocalChunk:
     """Queries `start..stop-1` of a local part, attending only to the local keys `keys` under `mask`."""
@@ -86,17 +91,35 @@ class LocalChunk:
     """Indexes of the local keys some query of the chunk sees."""
     mask: torch.Tensor
     """The chunk's folded additive mask over those keys (`fold_mask`)."""
-    with_prefix: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, compare=False, repr=False)
-    """Per prefix length P: the chunk's key indexes into the prefix's keys followed by the local ones, and its
-    mask with P visible columns in front; made by the first layer that needs them, kept for the others."""
+    runs: tuple[tuple[int, int], ...] | None = None
+    """`keys` as contiguous (start, stop) ranges, in order, where they make at most `MAX_RUNS` of them."""
+    prefixed: dict[int, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
+    """Per prefix length P: `mask` with P visible columns in front (`behind`), kept for every layer."""
 
-    def behind(self, prefix_length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(key indexes, folded additive mask) of this chunk over [prefix keys; local keys]."""
-        if prefix_length not in self.with_prefix:
-            front = torch.arange(prefix_length, device=self.keys.device)
-            mask = torch.nn.functional.pad(self.mask, (prefix_length, 0))
-            self.with_prefix[prefix_length] = (torch.cat([front, self.keys + prefix_length]), mask)
-        return self.with_prefix[prefix_length]
+    def behind(self, prefix_length: int) -> torch.Tensor:
+        """The folded additive mask of this chunk over [prefix keys; its local keys]."""
+        if prefix_length not in self.prefixed:
+            self.prefixed[prefix_length] = torch.nn.functional.pad(self.mask, (prefix_length, 0))
+        return self.prefixed[prefix_length]
+
+    def gather(self, prefix: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        """[prefix; the local keys (or values) this chunk sees] along the token axis: [1, Hkv, P + len(keys), D]."""
+        if self.runs is not None:
+            return torch.cat([prefix, *(local[:, :, begin:end] for begin, end in self.runs)], dim=2)
+        return torch.cat([prefix, local.index_select(2, self.keys)], dim=2)
+
+
+def contiguous_runs(indexes: list[int]) -> tuple[tuple[int, int], ...] | None:
+    """Sorted `indexes` as (start, stop) ranges, or None when they make more than `MAX_RUNS`."""
+    runs: list[tuple[int, int]] = []
+    for index in indexes:
+        if runs and runs[-1][1] == index:
+            runs[-1] = (runs[-1][0], index + 1)
+        else:
+            if len(runs) == MAX_RUNS:
+                return None
+            runs.append((index, index + 1))
+    return tuple(runs)
 
 
 def chunk_local(visible: torch.Tensor, groups: int, dtype: torch.dtype, size: int = LOCAL_CHUNK) -> list[LocalChunk] | None:
@@ -113,7 +136,8 @@ def chunk_local(visible: torch.Tensor, groups: int, dtype: torch.dtype, size: in
         seen = visible[start:stop]
         keys = seen.any(0).nonzero().flatten()
         products += (stop - start) * len(keys)
-        chunks.append(LocalChunk(start, stop, keys, fold_mask(seen.index_select(1, keys), groups, dtype)))
+        chunks.append(LocalChunk(start, stop, keys, fold_mask(seen.index_select(1, keys), groups, dtype),
+                                 contiguous_runs(keys.tolist())))
     return chunks if products < CHUNKED_BELOW * n * width else None
 
 
@@ -157,15 +181,12 @@ def _chunked(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, chunks
     _, heads, n, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
-    prefix_length = prefix_key.shape[2]
-    keys = torch.cat([prefix_key, key], dim=2)
-    values = torch.cat([prefix_value, value], dim=2)
     out = query.new_empty(1, kv_heads, groups, n, dim)
     for chunk in chunks:
         width = chunk.stop - chunk.start
-        index, mask = chunk.behind(prefix_length)
         folded = query[:, :, chunk.start : chunk.stop].reshape(1, kv_heads, groups * width, dim)
-        part, _ = _attend(folded, keys.index_select(2, index), values.index_select(2, index), mask, scale)
+        part, _ = _attend(folded, chunk.gather(prefix_key, key), chunk.gather(prefix_value, value),
+                          chunk.behind(prefix_key.shape[2]), scale)
         out[:, :, :, chunk.start : chunk.stop] = part.view(1, kv_heads, groups, width, dim)
     return out.view(1, heads, n, dim)
 
