@@ -34,7 +34,8 @@ HERE = Path(__file__).resolve()
 ROOT = HERE.parents[3]
 
 
-def _median_ms(engine: Any, rubric: Any, text: str, repeats: int) -> float:
+def median_ms(engine: Any, rubric: Any, text: str, repeats: int) -> float:
+    """The median of `repeats` warm requests (after one to warm), in milliseconds."""
     engine.decide(rubric, text)
     timings = []
     for _ in range(repeats):
@@ -61,7 +62,7 @@ def measure_turn(readings: list[str], repeats: int) -> dict[str, Any]:
             rubric = preset.rubric
             if reading == "independent":
                 rubric = type(rubric).model_validate({**rubric.model_dump(), "reading": "independent"})
-            timings[reading] = _median_ms(engine, rubric, preset.context, repeats)
+            timings[reading] = median_ms(engine, rubric, preset.context, repeats)
         out[name] = timings
     return out
 

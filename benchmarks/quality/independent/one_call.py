@@ -17,11 +17,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import dtype_of, write_results
+from benchmarks.quality.independent.against_filed import median_ms
 from decisionflow.bench.presets import load_preset
 from decisionflow.runtime.engine import Engine
 from decisionflow.runtime.passes import backend
@@ -43,16 +43,6 @@ def earlier_attention() -> Any:
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module.branch_attention
-
-
-def median_ms(engine: Engine, rubric: Rubric, text: str, repeats: int) -> float:
-    engine.decide(rubric, text)
-    timings = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        engine.decide(rubric, text)
-        timings.append((time.perf_counter() - began) * 1000)
-    return statistics.median(timings)
 
 
 def main() -> None:
