@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import DATA, dtype_of, write_results
+from benchmarks.quality.independent.against_filed import PRESETS
 from decisionflow.bench.presets import load_preset
 from decisionflow.compiler import independent as independent_layout
 from decisionflow.fitting import corrections
@@ -170,7 +171,7 @@ def six_questions(nonce: str) -> Rubric:
 
 def speed(engine: Engine, repeats: int) -> dict[str, Any]:
     out: dict[str, Any] = {"presets": {}, "new_question_sets": {}}
-    for name in ("support_triage", "code_security", "fintech_fraud"):
+    for name in PRESETS:
         preset = load_preset(name)
         shared, alone = preset.rubric, independent(preset.rubric)
         engine.decide(shared, preset.context)
@@ -197,13 +198,14 @@ def speed(engine: Engine, repeats: int) -> dict[str, Any]:
 
 def independence(engine: Engine) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name in ("support_triage", "code_security", "fintech_fraud"):
+    for name in PRESETS:
         preset = load_preset(name)
-        together = engine.decide(independent(preset.rubric), preset.context)
+        every = independent(preset.rubric)
+        together = engine.decide(every, preset.context)
+        declared = every.model_dump()
         gaps, changed = [], []
         for field in preset.rubric.fields:
-            alone_rubric = Rubric.model_validate({**independent(preset.rubric).model_dump(),
-                                                  "fields": {field: preset.rubric.model_dump()["fields"][field]}})
+            alone_rubric = Rubric.model_validate({**declared, "fields": {field: declared["fields"][field]}})
             alone, among = engine.decide(alone_rubric, preset.context).fields[field], together.fields[field]
             gaps.append(max(abs(alone.probabilities[k] - among.probabilities[k]) for k in among.probabilities))
             if alone.value != among.value:

@@ -21,27 +21,27 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import dtype_of, write_results
-from benchmarks.quality.independent.against_filed import median_ms
+from benchmarks.quality.independent.against_filed import PRESETS, median_ms
 from decisionflow.bench.presets import load_preset
 from decisionflow.runtime.engine import Engine
 from decisionflow.runtime.passes import backend
 from decisionflow.spec.rubric import Rubric
 
 BEFORE = "4ffd737"
-PRESETS = ("support_triage", "code_security", "fintech_fraud")
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def earlier_attention() -> Any:
     source = subprocess.run(["git", "-C", str(ROOT), "show", f"{BEFORE}:decisionflow/runtime/passes/branch_attention.py"],
                             check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / "branch_attention_before.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("branch_attention_before", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "branch_attention_before.py"
+        path.write_text(source, encoding="utf-8")
+        spec = importlib.util.spec_from_file_location("branch_attention_before", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
     return module.branch_attention
 
 
@@ -75,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
